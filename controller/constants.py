@@ -1,0 +1,65 @@
+"""Names shared by every layer: API group, plurals, labels, condition types and reasons.
+
+Imports nothing from the package (a leaf module).
+"""
+
+GROUP = "agentbox.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+AGENTBOX_KIND = "AgentBox"
+AGENTBOX_PLURAL = "agentboxes"
+SUBSCRIPTION_KIND = "Subscription"
+SUBSCRIPTION_PLURAL = "subscriptions"
+
+FINALIZER = f"{GROUP}/finalizer"
+
+# Labels put on every child object (pod, box credentials Secret).
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_BOX = f"{GROUP}/box"
+MANAGER_NAME = "agentbox-controller"
+
+# Annotations a human sets on an AgentBox to steer the scheduled resume.
+ANNOTATION_RESUME_NOW = f"{GROUP}/resume-now"      # any value: resume every limited tab now
+ANNOTATION_RESUME_AT = f"{GROUP}/resume-at"        # RFC 3339 instant: resume limited tabs then
+ANNOTATION_CANCEL_RESUME = f"{GROUP}/cancel-resume"  # "true": keep tabs as they are
+
+# tmux layout inside the box pod: one session, one tab (tmux window) per agent.
+TMUX_SESSION = "agentbox"
+
+# Where the box credentials Secret is mounted in every container of the box pod.
+CREDENTIALS_MOUNT_PATH = "/var/run/agentbox/credentials"
+CREDENTIALS_VOLUME = "agentbox-credentials"
+
+# Condition types. Polarity: Ready True = good; the others True = something to look at.
+COND_READY = "Ready"                    # True: pod and credentials in place, tabs watched
+COND_RATE_LIMITED = "RateLimited"       # True: at least one tab waits for a usage reset
+COND_NEEDS_ATTENTION = "NeedsAttention"  # True: a tab needs a human (see message)
+COND_RESERVED = "Reserved"              # True: the subscription's reserve stopped the box
+COND_CREDENTIALS_VALID = "CredentialsValid"  # Subscription: Secret and login file valid
+COND_USAGE_FETCHED = "UsageFetched"     # Subscription: last usage read succeeded
+
+# Condition reasons (CamelCase, Kubernetes style).
+R_RECONCILED = "Reconciled"
+R_INVALID_SPEC = "InvalidSpec"
+R_SUBSCRIPTION_NOT_FOUND = "SubscriptionNotFound"
+R_SECRET_NOT_FOUND = "SecretNotFound"
+R_SECRET_KEY_MISSING = "SecretKeyMissing"
+R_INVALID_LOGIN = "InvalidLoginFile"
+R_PROVIDER_MISMATCH = "ProviderMismatch"
+R_UNSUPPORTED_AGENT = "UnsupportedAgent"
+R_POD_PENDING = "PodPending"
+R_WAITING_FOR_RESET = "WaitingForReset"
+R_NONE_LIMITED = "NoTabLimited"
+R_RECENT_INPUT = "RecentHumanInput"
+R_AWAITING_INPUT = "AwaitingInput"
+R_PROMPT_NOT_EMPTY = "PromptNotEmpty"
+R_RESUME_FAILED = "ResumeNotTakingEffect"
+R_ALL_CLEAR = "AllClear"
+R_USAGE_READ = "UsageRead"
+R_UPSTREAM_UNAVAILABLE = "UpstreamUnavailable"
+R_UNAUTHORIZED = "Unauthorized"
+
+SUPPORTED_SUBSCRIPTION_AGENTS = {"claude-code": "anthropic", "codex": "openai"}
+"""Agents that run on a subscription, mapped to their provider."""

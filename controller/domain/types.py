@@ -1,0 +1,102 @@
+"""Value types of the domain: windows, detections, tab observations. Pure, no I/O."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class TabState(str, enum.Enum):
+    """What a tab's live bottom says the agent is doing."""
+
+    RATE_LIMITED = "rate_limited"     # stopped on a limit; see Detection.kind
+    AWAITING_INPUT = "awaiting_input"  # permission prompt, question, menu (not the limit menu)
+    WORKING = "working"               # spinner / interrupt hint / fresh output
+    IDLE = "idle"                     # empty prompt, nothing running, no limit line
+    UNKNOWN = "unknown"               # nothing recognisable (e.g. a shell, a blank pane)
+
+
+class LimitKind(str, enum.Enum):
+    """Class of a limit line (field-pitfalls §2)."""
+
+    USAGE = "usage"        # a window reset lifts it: wait or rotate
+    CREDITS = "credits"    # out of credits / spend cap: no reset lifts it
+    OVERLOAD = "overload"  # provider incident or CLI retrying: do nothing
+    WARNING = "warning"    # approaching a limit: record only
+
+
+WINDOW_FIVE_HOUR = "five_hour"
+WINDOW_WEEKLY = "weekly"
+WINDOW_MONTHLY = "monthly"
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The meaning of one tab screen, as the corpus README defines it.
+
+    Attributes:
+        state: the tab state on the live bottom of the screen.
+        kind: limit class when a limit/warning line decided, else None.
+        resets_at: reset instant (UTC, tz-aware) or None when the screen gives none.
+        window: "five_hour" | "weekly" when the line names it, else None.
+        auto_continue: Claude Code announced its native automatic continue.
+        limit_menu: Claude Code's rate-limit options menu is open.
+        menu_choice: displayed number of the "Stop and wait for limit to reset" option
+            when limit_menu is True and that option is visible, else None.
+        prompt_text: text typed in the agent's input box (a human's half-typed line),
+            "" when the box is empty, None when no input box is visible.
+        evidence: the (joined) screen line that decided, or None.
+        detected_by: which rule decided, e.g. "pattern:claude-code/hit-your-limit",
+            "user-pattern:0", "structured:statusline"; "" when nothing matched.
+    """
+
+    state: TabState
+    kind: LimitKind | None = None
+    resets_at: datetime | None = None
+    window: str | None = None
+    auto_continue: bool = False
+    limit_menu: bool = False
+    menu_choice: int | None = None
+    prompt_text: str | None = None
+    evidence: str | None = None
+    detected_by: str = ""
+
+    def to_json(self) -> dict:
+        """Corpus-shaped dict: state, kind, resets_at (RFC 3339 UTC 'Z' or None), window,
+        auto_continue, limit_menu, menu_choice, prompt_text, evidence, detected_by."""
+        return {
+            "state": self.state.value,
+            "kind": self.kind.value if self.kind else None,
+            "resets_at": self.resets_at.strftime("%Y-%m-%dT%H:%M:%SZ") if self.resets_at else None,
+            "window": self.window,
+            "auto_continue": self.auto_continue,
+            "limit_menu": self.limit_menu,
+            "menu_choice": self.menu_choice,
+            "prompt_text": self.prompt_text,
+            "evidence": self.evidence,
+            "detected_by": self.detected_by,
+        }
+
+
+@dataclass(frozen=True)
+class Window:
+    """One provider usage window.
+
+    Attributes:
+        name: "five_hour" | "weekly" | "monthly" | "<n>s" named by its length, never its slot.
+        utilization: percent used, 0-100 (values above 100 are kept as read).
+        resets_at: reset instant (UTC, tz-aware) or None before the window started.
+    """
+
+    name: str
+    utilization: float
+    resets_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A usage read of one subscription: windows by name and the instant they were read (UTC)."""
+
+    windows: dict[str, Window] = field(default_factory=dict)
+    read_at: datetime | None = None
