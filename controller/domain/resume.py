@@ -1,0 +1,303 @@
+"""Resume planning for one tab (DESIGN §3 "Resume after reset"). Pure: `now` is a parameter.
+
+The scanner observes a tab (a `Detection` of its live bottom plus the last time a human typed)
+and calls `plan_tab` with the tab's remembered `TabRecord`. The plan says what to do *now*
+(nothing, answer the limit menu, check usage then resume, verify a sent resume) and when to look
+again. When a resume is due the handler re-reads the subscription's usage and asks
+`usage_verdict` whether the window really reset; `after_usage` turns that into "send" or
+"wait for the new reset". Rules:
+
+* resume at the reset instant + `margin_s` (at most 30 s); Claude Code's own automatic continue
+  is given `auto_continue_grace_s` after the reset before we step in;
+* leave a tab alone while a human typed in it during the last `human_idle_s` seconds, while it
+  awaits input (permission prompt, question, menu), or while its prompt holds a half-typed line;
+* send nothing when the agent is working again;
+* never send twice for one limit event; after a send, a limit line that comes back is a new
+  event, rescheduled from its own reset, at most `max_attempts` times in a row.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from controller.domain.types import Detection, LimitKind, TabState, Usage
+
+
+@dataclass(frozen=True)
+class ResumeConfig:
+    """Tunables of resume planning (seconds).
+
+    Attributes:
+        margin_s: delay after the reset instant before resuming (0-30).
+        human_idle_s: a tab a human typed in during this many seconds is left alone.
+        auto_continue_grace_s: time after the reset given to Claude Code's native continue.
+        settle_s: after a send, the same limit line seen within this time is the old one.
+        max_attempts: resumes for consecutive limit events without progress before asking a human.
+        unknown_reset_recheck_s: when neither screen nor usage gives a reset, look again after this.
+    """
+
+    margin_s: float = 10.0
+    human_idle_s: float = 60.0
+    auto_continue_grace_s: float = 120.0
+    settle_s: float = 20.0
+    max_attempts: int = 5
+    unknown_reset_recheck_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.margin_s <= 30:
+            raise ValueError("margin_s must be within 0-30 seconds")
+
+
+class Phase(str, enum.Enum):
+    """Where a tab is in the resume cycle (persisted as TabStatus.state)."""
+
+    WORKING = "Working"
+    IDLE = "Idle"
+    RATE_LIMITED = "RateLimited"
+    AWAITING_INPUT = "AwaitingInput"
+    RESUMING = "Resuming"
+    NEEDS_ATTENTION = "NeedsAttention"
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True)
+class TabRecord:
+    """What the controller remembers about a tab between scans (mirrors status.tabs[]).
+
+    All instants are UTC. `limit_key` identifies the limit event being handled; `sent_for` the
+    event a resume was already sent for; `attempts` counts resumes for consecutive limit events
+    that came back.
+    """
+
+    name: str
+    phase: Phase = Phase.UNKNOWN
+    limit_key: str | None = None
+    resets_at: datetime | None = None
+    resume_at: datetime | None = None
+    window: str | None = None
+    auto_continue: bool = False
+    detected_by: str | None = None
+    message: str | None = None
+    sent_for: str | None = None
+    sent_at: datetime | None = None
+    attempts: int = 0
+    last_input_at: datetime | None = None
+
+
+class Action(str, enum.Enum):
+    """What the handler must do now for a tab."""
+
+    NONE = "none"
+    ANSWER_MENU = "answer_menu"      # press the displayed number of "Stop and wait for limit to reset"
+    CHECK_USAGE = "check_usage"      # re-read usage, then call after_usage()
+
+
+@dataclass(frozen=True)
+class TabPlan:
+    """Result of planning: the updated record, an action, and when to look at the tab again."""
+
+    record: TabRecord
+    action: Action = Action.NONE
+    menu_choice: int | None = None
+    wake_at: datetime | None = None
+    event: str | None = None       # a milestone worth an Event (e.g. "LimitDetected")
+
+
+def limit_key(det: Detection) -> str:
+    """Stable identity of a limit event: the evidence line and its reset (12 hex chars)."""
+    basis = f"{det.evidence or ''}|{det.resets_at.isoformat() if det.resets_at else ''}|{det.kind}"
+    return hashlib.sha256(basis.encode()).hexdigest()[:12]
+
+
+def _human_busy(rec: TabRecord, last_input_at: datetime | None, now: datetime, cfg: ResumeConfig) -> datetime | None:
+    """When the human's recent typing stops holding us back, or None if it does not."""
+    if last_input_at is None:
+        return None
+    until = last_input_at + timedelta(seconds=cfg.human_idle_s)
+    return until if until > now else None
+
+
+def _due_at(det: Detection, now: datetime, cfg: ResumeConfig) -> datetime:
+    if det.resets_at is None:
+        return now  # no instant on screen: the usage read decides at once
+    grace = cfg.auto_continue_grace_s if det.auto_continue else cfg.margin_s
+    return det.resets_at + timedelta(seconds=grace)
+
+
+def plan_tab(rec: TabRecord, det: Detection, last_input_at: datetime | None, now: datetime,
+             cfg: ResumeConfig, resume_enabled: bool = True) -> TabPlan:
+    """Decide what to do with one tab at `now`.
+
+    Args:
+        rec: the tab's record from the previous scan (or a fresh `TabRecord(name)`).
+        det: detection of the tab's live bottom at `now`.
+        last_input_at: last time a human typed in this tab (UTC) or None.
+        now: current instant (UTC, tz-aware).
+        cfg: tunables.
+        resume_enabled: spec.whenAgentStops.resumeAfterReset.
+    Returns:
+        A `TabPlan`; `action` CHECK_USAGE means the handler re-reads usage and calls `after_usage`.
+    """
+    rec = replace(rec, last_input_at=last_input_at)
+
+    if det.state != TabState.RATE_LIMITED:
+        phase = {
+            TabState.WORKING: Phase.WORKING,
+            TabState.IDLE: Phase.IDLE,
+            TabState.AWAITING_INPUT: Phase.AWAITING_INPUT,
+        }.get(det.state, Phase.UNKNOWN)
+        if rec.phase == Phase.NEEDS_ATTENTION and det.state in (TabState.IDLE, TabState.UNKNOWN) and rec.limit_key:
+            # A human has not acted yet: keep asking.
+            return TabPlan(rec)
+        progressed = det.state == TabState.WORKING
+        message = {
+            Phase.WORKING: "Agent is working",
+            Phase.IDLE: "Agent is idle at its prompt",
+            Phase.AWAITING_INPUT: "Agent waits for an answer (permission prompt, question or menu)",
+        }.get(phase, "No agent screen recognised")
+        keep_sent = rec.sent_for if rec.phase == Phase.RESUMING or phase != Phase.WORKING else None
+        return TabPlan(TabRecord(
+            name=rec.name, phase=phase, message=message, last_input_at=last_input_at,
+            sent_for=keep_sent, sent_at=rec.sent_at if keep_sent else None,
+            attempts=0 if progressed else rec.attempts,
+        ))
+
+    # ---- rate limited
+    if det.kind == LimitKind.CREDITS:
+        return TabPlan(replace(
+            rec, phase=Phase.NEEDS_ATTENTION, limit_key=limit_key(det), resets_at=None, resume_at=None,
+            detected_by=det.detected_by, window=det.window,
+            message="Out of credits or at the spend cap: no reset lifts this; a human must act",
+        ), event="OutOfCredits" if rec.limit_key != limit_key(det) else None)
+
+    key = limit_key(det)
+    if key == rec.sent_for:
+        # The line a resume was already sent for.
+        if rec.sent_at and now - rec.sent_at < timedelta(seconds=cfg.settle_s):
+            return TabPlan(rec, wake_at=rec.sent_at + timedelta(seconds=cfg.settle_s))
+        # Still the same line after the settle time: the limit came back with the same text.
+        return _new_event(rec, det, key, now, cfg, resume_enabled, came_back=True)
+    if key != rec.limit_key:
+        came_back = rec.sent_for is not None
+        return _new_event(rec, det, key, now, cfg, resume_enabled, came_back=came_back)
+
+    # Known event: refresh what the screen shows and see whether it is due.
+    rec = replace(rec, auto_continue=det.auto_continue, detected_by=det.detected_by)
+    return _schedule(rec, det, now, cfg, resume_enabled)
+
+
+def _new_event(rec: TabRecord, det: Detection, key: str, now: datetime, cfg: ResumeConfig,
+               resume_enabled: bool, came_back: bool) -> TabPlan:
+    attempts = rec.attempts + 1 if came_back else 0
+    rec = replace(
+        rec, phase=Phase.RATE_LIMITED, limit_key=key, resets_at=det.resets_at, window=det.window,
+        auto_continue=det.auto_continue, detected_by=det.detected_by, attempts=attempts,
+        resume_at=_due_at(det, now, cfg) if resume_enabled else None,
+    )
+    if came_back and attempts >= cfg.max_attempts:
+        return TabPlan(replace(
+            rec, phase=Phase.NEEDS_ATTENTION, resume_at=None,
+            message=f"The limit came back after {attempts} resumes; a human should look",
+        ), event="ResumeNotTakingEffect")
+    plan = _schedule(rec, det, now, cfg, resume_enabled)
+    return replace(plan, event=plan.event or ("LimitCameBack" if came_back else "LimitDetected"))
+
+
+def _schedule(rec: TabRecord, det: Detection, now: datetime, cfg: ResumeConfig, resume_enabled: bool) -> TabPlan:
+    reset_txt = det.resets_at.strftime("%Y-%m-%d %H:%M UTC") if det.resets_at else "an unknown time"
+    if not resume_enabled:
+        return TabPlan(replace(rec, phase=Phase.RATE_LIMITED, resume_at=None,
+                               message=f"Stopped on a usage limit until {reset_txt}; resume is off"))
+    busy_until = _human_busy(rec, rec.last_input_at, now, cfg)
+    if det.limit_menu:
+        if det.menu_choice is None:
+            return TabPlan(replace(rec, phase=Phase.NEEDS_ATTENTION,
+                                   message="The rate-limit menu is open and has no 'Stop and wait' option"),
+                           event="NeedsAttention")
+        if busy_until:
+            return TabPlan(replace(rec, message="Rate-limit menu open; a human typed recently"), wake_at=busy_until)
+        return TabPlan(replace(rec, message=f"Answering the rate-limit menu with option {det.menu_choice}"),
+                       action=Action.ANSWER_MENU, menu_choice=det.menu_choice)
+    resume_at = rec.resume_at or _due_at(det, now, cfg)
+    rec = replace(rec, resume_at=resume_at)
+    if resume_at > now:
+        who = "Claude Code continues by itself; checking at" if det.auto_continue else "Resuming at"
+        return TabPlan(replace(rec, phase=Phase.RATE_LIMITED,
+                               message=f"Usage limit until {reset_txt}. {who} {resume_at:%H:%M:%S} UTC"),
+                       wake_at=resume_at)
+    if busy_until:
+        return TabPlan(replace(rec, phase=Phase.RATE_LIMITED,
+                               message="Reset passed; waiting until the human has not typed for a minute"),
+                       wake_at=busy_until, event=None)
+    if det.prompt_text:
+        return TabPlan(replace(rec, phase=Phase.NEEDS_ATTENTION,
+                               message="Reset passed but the prompt holds a half-typed line; left intact for its author"),
+                       event="PromptNotEmpty")
+    return TabPlan(rec, action=Action.CHECK_USAGE)
+
+
+@dataclass(frozen=True)
+class UsageVerdict:
+    """Whether the usage read says the limit is lifted.
+
+    `reset` True: no window is exhausted (or no usage could be read: the screen's reset passed).
+    `new_reset`: when still exhausted, the latest reset among the exhausted windows (UTC).
+    """
+
+    reset: bool
+    new_reset: datetime | None = None
+    reason: str = ""
+    known: bool = True   # False when no usage could be read
+
+
+def usage_verdict(usage: Usage | None, window: str | None, now: datetime) -> UsageVerdict:
+    """Judge a fresh usage read at the resume instant.
+
+    Args:
+        usage: the subscription's windows read at or after the reset, or None if the read failed.
+        window: the window the limit line named ("five_hour" | "weekly") or None for any.
+        now: current instant (UTC).
+    """
+    if usage is None or not usage.windows:
+        return UsageVerdict(True, reason="no usage data; the screen's reset has passed", known=False)
+    exhausted = [
+        w for w in usage.windows.values()
+        if w.utilization >= 100 and (window is None or w.name == window or w.name in ("five_hour", "weekly"))
+    ]
+    future = [w.resets_at for w in exhausted if w.resets_at and w.resets_at > now]
+    if future:
+        new = max(future)
+        return UsageVerdict(False, new, reason=f"window still at 100 %, resets {new:%Y-%m-%d %H:%M:%S} UTC")
+    return UsageVerdict(True, reason="usage windows have reset")
+
+
+def after_usage(rec: TabRecord, verdict: UsageVerdict, now: datetime, cfg: ResumeConfig) -> TabPlan:
+    """Turn a usage verdict into "send now" (record marked as sent) or "wait for the new reset".
+
+    The returned record with phase RESUMING is the write-ahead marker: persist it before sending.
+    `action` NONE with phase RESUMING means: send the resume keys now.
+    """
+    if not verdict.reset:
+        assert verdict.new_reset is not None
+        resume_at = verdict.new_reset + timedelta(seconds=cfg.margin_s)
+        return TabPlan(replace(
+            rec, phase=Phase.RATE_LIMITED, resets_at=verdict.new_reset, resume_at=resume_at,
+            message=f"Not reset yet ({verdict.reason}); resuming at {resume_at:%H:%M:%S} UTC",
+        ), wake_at=resume_at, event="ResetNotYet")
+    if rec.resets_at is None and not verdict.known:
+        return unknown_reset_plan(rec, now, cfg)
+    return TabPlan(replace(
+        rec, phase=Phase.RESUMING, sent_for=rec.limit_key, sent_at=now, resume_at=None,
+        message="Limit reset; sending continue",
+    ), wake_at=now + timedelta(seconds=cfg.settle_s), event="Resuming")
+
+
+def unknown_reset_plan(rec: TabRecord, now: datetime, cfg: ResumeConfig) -> TabPlan:
+    """No reset instant from the screen and none from usage (all windows under 100 %) right
+    after the limit appeared: the usage data lags, look again later rather than send at once."""
+    at = now + timedelta(seconds=cfg.unknown_reset_recheck_s)
+    return TabPlan(replace(rec, resume_at=at, message=f"Limit without a reset time; re-checking at {at:%H:%M:%S} UTC"),
+                   wake_at=at)

@@ -1,0 +1,169 @@
+"""Pydantic models of the AgentBox and Subscription resources (spec and status).
+
+These models are the one source of truth for the CRD schemas: `controller.crdgen` renders
+`crds/*.yaml` from them and a test fails when the files drift. Field names are the API's
+camelCase names (aliases); Python code uses snake_case.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def dump(self) -> dict[str, Any]:
+        """Return the API (camelCase) form without unset optional fields."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+Provider = Literal["anthropic", "openai"]
+AgentName = Literal["claude-code", "codex", "opencode", "gemini-cli", "claude-wrapper", "shell"]
+
+
+# ----------------------------------------------------------------------------- Subscription
+class SecretKeyRef(_Model):
+    """A key of a Secret in the same namespace."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the Secret in the same namespace.")
+    key: str = Field(min_length=1, max_length=253, description="Key in the Secret's data holding the login file.")
+
+
+class Reserve(_Model):
+    """Share of each window kept for the human, in percent (0 = off)."""
+
+    five_hour_percent: int = Field(0, ge=0, le=95, description="Percent of the 5-hour window kept for the human (0-95, 0 = off).")
+    weekly_percent: int = Field(0, ge=0, le=95, description="Percent of the weekly window kept for the human (0-95, 0 = off).")
+
+
+class SubscriptionSpec(_Model):
+    """One provider account."""
+
+    provider: Provider = Field(description="anthropic (Claude Code) or openai (Codex).")
+    credentials_secret_ref: SecretKeyRef = Field(
+        description="Secret key holding the agent's own login file (Claude Code .credentials.json, Codex auth.json)."
+    )
+    reserve: Reserve = Field(default_factory=Reserve, description="Share of each window kept for the human.")
+    display_name: str | None = Field(None, max_length=253, description="Label shown in status and Events (e.g. the account e-mail). Never a token.")
+
+
+class WindowStatus(_Model):
+    """One usage window as last read."""
+
+    utilization: float = Field(description="Percent of the window used (0-100; values above 100 are kept as read).")
+    resets_at: str | None = Field(None, description="Reset instant, UTC RFC 3339.")
+
+
+class Windows(_Model):
+    """Usage windows named by their length."""
+
+    five_hour: WindowStatus | None = Field(None, description="The rolling 5-hour window.")
+    weekly: WindowStatus | None = Field(None, description="The rolling 7-day window.")
+
+
+class Condition(_Model):
+    """A metav1.Condition."""
+
+    type: str = Field(description="Condition type, e.g. Ready.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason.")
+    message: str = Field("", description="Human-readable detail.")
+    last_transition_time: str | None = Field(None, description="When status last changed (UTC RFC 3339).")
+    observed_generation: int | None = Field(None, description="metadata.generation this condition was computed from.")
+
+
+SubscriptionState = Literal["Available", "Exhausted", "Reserved", "Disconnected", "Unknown"]
+
+
+class SubscriptionStatus(_Model):
+    """Observed state of a Subscription."""
+
+    windows: Windows | None = Field(None, description="Usage windows as last read.")
+    read_at: str | None = Field(None, description="When the windows were read (UTC RFC 3339).")
+    state: SubscriptionState | None = Field(None, description="Available | Exhausted | Reserved | Disconnected | Unknown.")
+    reserved_until: str | None = Field(None, description="While Reserved: the reset that lifts the reserve (UTC RFC 3339).")
+    threshold: str | None = Field(None, description="The reserve in a sentence.")
+    message: str | None = Field(None, description="Latest state in a sentence.")
+    conditions: list[Condition] = Field(default_factory=list, description="CredentialsValid, UsageFetched.")
+    observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
+
+
+# ----------------------------------------------------------------------------- AgentBox
+class Rotation(_Model):
+    """Rotation over several subscriptions of the same provider."""
+
+    enabled: bool = Field(False, description="Switch to another subscription when the current one runs out.")
+    group: Literal["All", "Selected"] = Field("All", description="All: every Subscription of the provider in the namespace; Selected: the list below.")
+    subscriptions: list[str] = Field(default_factory=list, description="With group Selected: the subscriptions to rotate over.")
+
+
+class WhenAgentStops(_Model):
+    """What the controller does when an agent stops on a usage limit."""
+
+    resume_after_reset: bool = Field(True, description="Send `continue` to a tab stopped on a usage limit when the limit resets.")
+    rotation: Rotation = Field(default_factory=Rotation, description="Rotation over several subscriptions.")
+
+
+class PatternSpec(_Model):
+    """A user-supplied limit-line pattern."""
+
+    regex: str = Field(min_length=1, max_length=500, description="Regular expression; named groups give the reset (epoch, year, month, day, hour, minute, ampm, zone, rel_days, rel_hours, rel_minutes).")
+    kind: Literal["usage", "credits"] = Field("usage", description="usage: a reset lifts it; credits: no reset lifts it.")
+
+
+class DetectionSpec(_Model):
+    """Extra detection rules for a box."""
+
+    patterns: list[PatternSpec] = Field(default_factory=list, description="User patterns tried after the built-in profiles.")
+
+
+class AgentBoxSpec(_Model):
+    """A pod whose tmux tabs run an agent on a subscription."""
+
+    agent: AgentName = Field(description="The agent CLI running in the tabs.")
+    subscription: str | None = Field(None, min_length=1, max_length=253, description="Subscription the box starts on (claude-code and codex only).")
+    when_agent_stops: WhenAgentStops = Field(default_factory=WhenAgentStops, description="Resume and rotation behaviour.")
+    detection: DetectionSpec = Field(default_factory=DetectionSpec, description="Extra detection rules.")
+    time_zone: str | None = Field(None, max_length=64, description="IANA zone of the box's clock, for limit lines that print no zone (default: the container's TZ, else UTC).")
+    container: str | None = Field(None, max_length=63, description="Container running tmux (default: the first container).")
+    template: dict[str, Any] = Field(description="Pod template (metadata, spec) of the box pod.")
+
+
+TabStateName = Literal["Working", "Idle", "RateLimited", "AwaitingInput", "Resuming", "NeedsAttention", "Unknown"]
+
+
+class TabStatus(_Model):
+    """One tmux tab of the box."""
+
+    name: str = Field(description="tmux window name.")
+    id: str | None = Field(None, description="tmux window id (@N).")
+    state: TabStateName = Field("Unknown", description="Working | Idle | RateLimited | AwaitingInput | Resuming | NeedsAttention | Unknown.")
+    resets_at: str | None = Field(None, description="Reset instant of the limit the tab stopped on (UTC RFC 3339).")
+    resume_at: str | None = Field(None, description="When the controller will resume the tab (UTC RFC 3339).")
+    detected_by: str | None = Field(None, description="Which rule recognised the limit.")
+    message: str | None = Field(None, description="What the controller sees or does.")
+    last_input_at: str | None = Field(None, description="Last time a human typed in this tab (UTC RFC 3339).")
+    limit_key: str | None = Field(None, description="Identity of the limit event being handled.")
+    sent_for: str | None = Field(None, description="Limit event a resume was already sent for (never twice).")
+    sent_at: str | None = Field(None, description="When that resume was sent (UTC RFC 3339).")
+    attempts: int = Field(0, description="Resumes sent for consecutive limit events without progress.")
+
+
+BoxState = Literal["Pending", "Running", "RateLimited", "NeedsAttention", "Error"]
+
+
+class AgentBoxStatus(_Model):
+    """Observed state of an AgentBox."""
+
+    subscription: str | None = Field(None, description="Subscription the box runs on now.")
+    next_subscription: str | None = Field(None, description="Subscription the box would switch to next.")
+    state: BoxState | None = Field(None, description="Pending | Running | RateLimited | NeedsAttention | Error.")
+    resume_at: str | None = Field(None, description="Earliest scheduled resume among the tabs (UTC RFC 3339).")
+    pod: str | None = Field(None, description="Name of the box pod.")
+    tabs: list[TabStatus] = Field(default_factory=list, description="Per-tab state.")
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, RateLimited, NeedsAttention, Reserved.")
+    observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
