@@ -1,0 +1,207 @@
+"""Agent profiles: the line families (data) the screen detector reads, plus per-agent action data.
+
+A :class:`Profile` holds compiled regex families, never code paths; the engine in
+:mod:`controller.domain.detection` walks them. :data:`PROFILES` maps the agent names used in
+``AgentBox.spec`` to their profiles. No I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from controller.domain.detection import (
+    InputBox,
+    ScreenLine,
+    UserPattern,
+    detect_screen,
+)
+from controller.domain.types import Detection
+
+__all__ = [
+    "LinePattern",
+    "Profile",
+    "PROFILES",
+    "UnknownAgent",
+    "detect",
+    "get_profile",
+    "lp",
+    "GENERIC_AWAITING",
+    "GENERIC_WORKING_HINTS",
+]
+
+
+class UnknownAgent(KeyError):
+    """Raised for an agent name that has no profile (message names the known agents)."""
+
+
+@dataclass(frozen=True)
+class LinePattern:
+    """One member of a line family.
+
+    Attributes:
+        name: short id, reported as ``detected_by = "pattern:<agent>/<name>"``.
+        regex: compiled pattern searched in a joined screen line. Named groups the engine reads:
+            ``when`` (text starting with the reset expression, parsed by
+            :func:`controller.domain.timeparse.parse_when`), or the time parts ``epoch, year, month,
+            day, hour, minute, ampm, zone, rel_days, rel_hours, rel_minutes``; ``window`` (text such as
+            "5-hour", "weekly", "session" mapped to a window name).
+        window: fixed window name ("five_hour" | "weekly") when the family implies one.
+        anchored: when True the match must start the line (after prefix glyphs such as ⎿ ● ⏺ ■ 🖐
+            ⚠ or a lead ending in ":" like "ERROR:"), and text inside quotes is refused; this keeps
+            limit text quoted in the agent's own prose from counting (corpus C57).
+    """
+
+    name: str
+    regex: re.Pattern[str]
+    window: str | None = None
+    anchored: bool = True
+
+
+def lp(name: str, pattern: str, window: str | None = None, anchored: bool = True) -> LinePattern:
+    """Compile a case-insensitive :class:`LinePattern` (helper for profile modules)."""
+    return LinePattern(name, re.compile(pattern, re.IGNORECASE), window, anchored)
+
+
+InputParser = Callable[[Sequence[ScreenLine]], "InputBox | None"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything the detector knows about one agent CLI's screen, plus action data.
+
+    Line families (tuples of :class:`LinePattern`, tried in this order for each joined line):
+        retrying: the CLI retries by itself (not rate limited, state WORKING).
+        overload: incident/overload 429s (kind OVERLOAD, not rate limited).
+        credits: out of credits / spend cap (RATE_LIMITED, kind CREDITS, no reset).
+        auto_cancel: the native wait was cancelled.
+        recovered: the limit lifted and the agent continues by itself (state WORKING).
+        auto_continue: native automatic continue announced (RATE_LIMITED, USAGE, auto_continue).
+        usage: usage-limit lines (RATE_LIMITED, USAGE).
+        warnings: approaching-limit notices (kind WARNING, not rate limited).
+    Markers (tuples of compiled regexes, searched in a joined line):
+        working: spinner / status lines that mean the agent is running now.
+        working_hints: interrupt hints ("esc to interrupt") counted in the footer below the input.
+        awaiting: permission prompts, approval overlays and question footers.
+        limit_menu: lines that identify the rate-limit options menu ("What do you want to do?",
+            "Stop and wait for limit to reset", ...).
+        stop_option: the menu option whose displayed number becomes ``menu_choice``.
+        progress: agent-output glyph lines ("⏺ …", "• Ran …"); one below a limit line makes it stale.
+        user_echo: a submitted user message echoed in the transcript ("> continue", "› fix it").
+    Other:
+        agent: the agent name (as in ``spec.agent``).
+        time_only_rule: "claude" (next occurrence, 1 h grace) or "codex" (same local date).
+        find_input: parses the input box on the live bottom, or None when the agent has none known.
+        working_adjacent: a ``working`` line counts only when it is the last content line above
+            the input (Codex leaves a stale "esc to interrupt" above the idle prompt, herdr#352).
+        continue_text: text typed to resume a stopped turn.
+        restart_argv: argv that restarts the agent in its cwd with the last session, or None.
+        credential_path: login file inside the agent's home ("~" = the agent user's home).
+        credential_secret_key: key of that file in the box credentials Secret.
+    """
+
+    agent: str
+    time_only_rule: Literal["claude", "codex"] = "claude"
+    retrying: tuple[LinePattern, ...] = ()
+    overload: tuple[LinePattern, ...] = ()
+    credits: tuple[LinePattern, ...] = ()
+    auto_cancel: tuple[LinePattern, ...] = ()
+    recovered: tuple[LinePattern, ...] = ()
+    auto_continue: tuple[LinePattern, ...] = ()
+    usage: tuple[LinePattern, ...] = ()
+    warnings: tuple[LinePattern, ...] = ()
+    working: tuple[re.Pattern[str], ...] = ()
+    working_hints: tuple[re.Pattern[str], ...] = ()
+    awaiting: tuple[re.Pattern[str], ...] = ()
+    limit_menu: tuple[re.Pattern[str], ...] = ()
+    stop_option: re.Pattern[str] | None = None
+    progress: re.Pattern[str] | None = None
+    user_echo: re.Pattern[str] | None = None
+    find_input: InputParser | None = None
+    working_adjacent: bool = False
+    continue_text: str = "continue"
+    restart_argv: tuple[str, ...] | None = None
+    credential_path: str | None = None
+    credential_secret_key: str | None = None
+
+
+def _rx(*patterns: str) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p, re.IGNORECASE) for p in patterns)
+
+
+# Markers every profile (including the generic ones) understands.
+GENERIC_WORKING_HINTS = _rx(r"\b(?:esc|f\d{1,2}|ctrl\+c|ctrl-c|\^c)\s+(?:again\s+)?to\s+interrupt\b")
+GENERIC_AWAITING = _rx(
+    r"\bDo you want to (?:proceed|make this edit|create|allow|overwrite|delete|run)\b",
+    r"\bWould you like to (?:run the following command|make the following edits|proceed|allow|grant)\b",
+    r"\bPress enter to confirm or esc to (?:cancel|go back)\b",
+    r"\bEnter to confirm\s*[·∙•]\s*Esc to (?:cancel|go back|exit)\b",
+    r"\bEsc to cancel\s*[·∙•]\s*Tab to amend\b",
+    r"\((?:y/n|yes/no)\)\s*\??\s*$",
+    r"\[(?:y/n|Y/n|y/N)\]\s*\??\s*$",
+)
+
+
+def _generic(agent: str) -> Profile:
+    return Profile(
+        agent=agent,
+        time_only_rule="claude",
+        working_hints=GENERIC_WORKING_HINTS,
+        working=GENERIC_WORKING_HINTS,
+        awaiting=GENERIC_AWAITING,
+    )
+
+
+def _registry() -> dict[str, Profile]:
+    from controller.agents.claude_code import PROFILE as CLAUDE
+    from controller.agents.codex import PROFILE as CODEX
+
+    profiles = {CLAUDE.agent: CLAUDE, CODEX.agent: CODEX}
+    for name in ("opencode", "gemini-cli", "claude-wrapper", "shell"):
+        profiles[name] = _generic(name)
+    return profiles
+
+
+PROFILES: dict[str, Profile] = _registry()
+
+
+def get_profile(agent: str) -> Profile:
+    """Return the profile of ``agent`` ("claude-code", "codex", "opencode", "gemini-cli",
+    "claude-wrapper", "shell").
+
+    Raises:
+        UnknownAgent: no profile for that name.
+    """
+    try:
+        return PROFILES[agent]
+    except KeyError:
+        raise UnknownAgent(f"unknown agent {agent!r}; known: {', '.join(sorted(PROFILES))}") from None
+
+
+def detect(
+    agent: str,
+    screen: str,
+    now: datetime,
+    tz: str,
+    user_patterns: Sequence[UserPattern] = (),
+) -> Detection:
+    """Detect what a tab's screen means for ``agent`` (see :func:`detect_screen`).
+
+    Args:
+        agent: agent name from ``spec.agent``.
+        screen: captured pane text (``tmux capture-pane -p``; ANSI allowed).
+        now: tz-aware instant the screen was seen.
+        tz: the box's IANA zone (applies when a line names none).
+        user_patterns: compiled ``spec.detection.patterns`` (see ``compile_user_pattern``).
+
+    Returns:
+        A :class:`~controller.domain.types.Detection` (resets_at in UTC).
+
+    Raises:
+        UnknownAgent: no profile for ``agent``.
+        ValueError: ``now`` is naive.
+    """
+    return detect_screen(get_profile(agent), screen, now, tz, user_patterns)

@@ -1,0 +1,43 @@
+"""metav1.Condition bookkeeping: lastTransitionTime changes only when the status flips."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+
+def rfc3339(at: datetime | None) -> str | None:
+    """UTC RFC 3339 with a Z, to the second; None stays None."""
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ") if at else None
+
+
+def set_condition(conditions: list[dict[str, Any]], type_: str, status: bool | str, reason: str,
+                  message: str, now: datetime, generation: int | None) -> list[dict[str, Any]]:
+    """Return a new conditions list with `type_` set.
+
+    Args:
+        conditions: current list (metav1.Condition dicts, camelCase); not modified.
+        status: True/False or "True"/"False"/"Unknown".
+        now: used as lastTransitionTime only when the status changes (or the condition is new).
+        generation: metadata.generation the condition reflects.
+    """
+    value = status if isinstance(status, str) else ("True" if status else "False")
+    out: list[dict[str, Any]] = []
+    found = False
+    for cond in conditions:
+        if cond.get("type") != type_:
+            out.append(cond)
+            continue
+        found = True
+        ltt = cond.get("lastTransitionTime") if cond.get("status") == value else rfc3339(now)
+        out.append({"type": type_, "status": value, "reason": reason, "message": message,
+                    "lastTransitionTime": ltt or rfc3339(now), "observedGeneration": generation})
+    if not found:
+        out.append({"type": type_, "status": value, "reason": reason, "message": message,
+                    "lastTransitionTime": rfc3339(now), "observedGeneration": generation})
+    return out
+
+
+def get_condition(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
+    """The condition of `type_`, or None."""
+    return next((c for c in conditions if c.get("type") == type_), None)

@@ -1,0 +1,64 @@
+"""Subscription state from its usage windows (pure). DESIGN §2: Available | Exhausted |
+Reserved | Disconnected | Unknown; threshold = 100 - reserve."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from controller.domain.types import WINDOW_FIVE_HOUR, WINDOW_WEEKLY, Usage
+
+_LABEL = {WINDOW_FIVE_HOUR: "5-hour", WINDOW_WEEKLY: "weekly"}
+
+
+@dataclass(frozen=True)
+class SubscriptionVerdict:
+    """State of a subscription and the sentence explaining it.
+
+    `until`: the reset that ends Exhausted/Reserved (UTC) or None.
+    """
+
+    state: str
+    until: datetime | None
+    message: str
+
+
+def threshold_sentence(five_hour_reserve: int, weekly_reserve: int) -> str:
+    """The reserve in plain words, e.g. "Boxes stop at 80% of the 5-hour limit; the weekly limit has no reserve."."""
+    def part(label: str, reserve: int) -> str:
+        return f"at {100 - reserve}% of the {label} limit" if reserve else ""
+    five, week = part("5-hour", five_hour_reserve), part("weekly", weekly_reserve)
+    if five and week:
+        return f"Boxes stop {five} and {week}."
+    if five:
+        return f"Boxes stop {five}; the weekly limit has no reserve."
+    if week:
+        return f"Boxes stop {week}; the 5-hour limit has no reserve."
+    return "No reserve: boxes run until a limit is reached."
+
+
+def evaluate(usage: Usage | None, five_hour_reserve: int, weekly_reserve: int, now: datetime) -> SubscriptionVerdict:
+    """State of a subscription from its last read.
+
+    Args:
+        usage: the last good read, or None when never read.
+        five_hour_reserve, weekly_reserve: percent 0-95 kept for the human.
+        now: current instant (UTC).
+    """
+    if usage is None or usage.read_at is None:
+        return SubscriptionVerdict("Unknown", None, "Usage not read yet")
+    exhausted = [w for w in usage.windows.values()
+                 if w.utilization >= 100 and (w.resets_at is None or w.resets_at > now)]
+    if exhausted:
+        w = max(exhausted, key=lambda x: x.resets_at or now)
+        label = _LABEL.get(w.name, w.name)
+        when = f", resets {w.resets_at:%Y-%m-%d %H:%M} UTC" if w.resets_at else ""
+        return SubscriptionVerdict("Exhausted", w.resets_at, f"{label} window at {w.utilization:.0f}%{when}")
+    for name, reserve in ((WINDOW_FIVE_HOUR, five_hour_reserve), (WINDOW_WEEKLY, weekly_reserve)):
+        w = usage.windows.get(name)
+        if reserve and w and w.utilization >= 100 - reserve and (w.resets_at is None or w.resets_at > now):
+            label = _LABEL[name]
+            until = f"{w.resets_at:%Y-%m-%d %H:%M} UTC" if w.resets_at else "the next reset"
+            return SubscriptionVerdict("Reserved", w.resets_at,
+                                       f"Reserved until {until}: keeping {reserve}% of the {label} limit")
+    return SubscriptionVerdict("Available", None, "Usage below every threshold")

@@ -1,0 +1,248 @@
+"""Reset-time parsing for limit lines: zones, clocks, dates, relative forms. Pure, no I/O.
+
+Every function takes ``now`` (tz-aware) as a parameter and returns tz-aware UTC datetimes.
+The rules follow the corpus README (tests/fixtures/corpus/README.md) and field-pitfalls §3-§4:
+
+- a zone printed in the line wins over the box zone; an invalid zone falls back to the box zone
+  (and an invalid box zone to UTC); ``Etc/GMT+5`` is UTC-5 (POSIX sign), legacy aliases such as
+  ``Asia/Calcutta`` are valid;
+- offsets come from the zone database for the *reset* date (DST), not for today;
+- Claude Code time without a date ("claude" rule): the next occurrence after ``now``, unless that
+  clock time passed less than one hour before ``now`` (then that past instant: "re-check now");
+- Codex time without a date ("codex" rule): the same local date as ``now``, even when passed;
+- a date without a year: the next such date from ``now`` (today counts);
+- relative forms ("in 2 days 3 hours 4 minutes", "8m") count from ``now``;
+- ``12am`` = 00:00, ``12pm`` = noon; 24-hour clocks ("17:19", "02:53") are accepted.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping
+from datetime import date, datetime, timedelta, timezone
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+TimeOnlyRule = Literal["claude", "codex"]
+
+UTC = timezone.utc
+
+# Month names by their first three (accent-free, lower-case) letters: English, Portuguese, Spanish.
+_MONTHS: dict[str, int] = {
+    "jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6,
+    "jul": 7, "aug": 8, "sep": 9, "oct": 10, "nov": 11, "dec": 12,
+    # pt-BR
+    "fev": 2, "abr": 4, "mai": 5, "ago": 8, "set": 9, "out": 10, "dez": 12,
+    # es
+    "ene": 1, "dic": 12,
+}
+
+_TIME = (
+    r"(?P<hour>\d{1,2})(?:[:h](?P<minute>\d{2}))?"
+    r"(?:\s*(?P<ampm>[ap]\.?\s?m\.?)(?![a-z]))?"
+)
+_ZONE = r"(?:\s*\((?P<zone>[A-Za-z0-9_+\-/]{1,64})\))?"
+
+_RE_ISO = re.compile(
+    r"^(?P<year>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})[ T](?P<hour>\d{2}):(?P<minute>\d{2})"
+    r"(?::\d{2})?(?P<utc>Z|[+-]00:?00)?" + _ZONE
+)
+_RE_EPOCH = re.compile(r"^\|?\s*(?P<epoch>\d{9,11})(?!\d)")
+_RE_REL = re.compile(
+    r"^(?:in\s+)?"
+    r"(?:(?P<rel_days>\d+)\s*(?:days?|d)(?![a-z])[\s,]*(?:and\s+)?)?"
+    r"(?:(?P<rel_hours>\d+)\s*(?:hours?|hrs?|h)(?![a-z])[\s,]*(?:and\s+)?)?"
+    r"(?:(?P<rel_minutes>\d+)\s*(?:minutes?|mins?|m)(?![a-z])[\s,]*(?:and\s+)?)?"
+    r"(?:(?P<rel_seconds>\d+)\s*(?:seconds?|secs?|s)(?![a-z]))?",
+    re.IGNORECASE,
+)
+# "Nov 13 at 9am", "Aug 3, 7am", "Mar 10th, 2026 3:39 AM", "Aug 20, 2026, 7:38 AM", "Dec 3, 12:57am (UTC)"
+_RE_MDY = re.compile(
+    r"^(?P<month>[A-Za-z]{3,9})\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?"
+    r"(?:,?\s+(?P<year>\d{4}))?(?:\s*,\s*|\s+at\s+|\s+)" + _TIME + _ZONE,
+    re.IGNORECASE,
+)
+# "21 de abr. de 2026 02:53", "21 de abr de 2026, 2:53 p. m.", "21 abr 2026 às 02:53"
+_RE_DMY = re.compile(
+    r"^(?P<day>\d{1,2})\s+(?:de\s+)?(?P<month>[^\W\d_]{3,12})\.?(?:\s+(?:de\s+)?(?P<year>\d{4}))?"
+    r"(?:\s*,\s*|\s+(?:às|as|a\s+las|a\s+la|at)\s+|\s+)" + _TIME + _ZONE,
+    re.IGNORECASE,
+)
+_RE_CLOCK = re.compile(r"^" + _TIME + _ZONE, re.IGNORECASE)
+_RE_LEAD = re.compile(r"^(?:at|on|em|en|el|às|a\s+las)\s+", re.IGNORECASE)
+
+
+def resolve_zone(name: str | None, box_tz: str) -> ZoneInfo:
+    """Return the zone named in a line, else the box zone, else UTC.
+
+    Args:
+        name: a zone printed in the line (e.g. "Europe/Warsaw", "Etc/GMT+5", "UTC") or None.
+        box_tz: the box's IANA zone (applies when the line names none or an invalid one).
+
+    Returns:
+        A ZoneInfo; never raises (invalid names fall back, field-pitfalls §3).
+    """
+    for candidate in (name, box_tz, "UTC"):
+        if not candidate:
+            continue
+        candidate = candidate.strip()
+        try:
+            return ZoneInfo(candidate)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            continue
+    return ZoneInfo("UTC")
+
+
+def _month_number(text: str) -> int | None:
+    if text.isdigit():
+        value = int(text)
+        return value if 1 <= value <= 12 else None
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    return _MONTHS.get(folded[:3])
+
+
+def _local(zone: ZoneInfo, day: date, hour: int, minute: int) -> datetime:
+    """Wall-clock time in ``zone`` on ``day`` as UTC, using the offset of that date (DST)."""
+    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone).astimezone(UTC)
+
+
+def _clock(hour_s: str, minute_s: str | None, ampm_s: str | None) -> tuple[int, int] | None:
+    hour = int(hour_s)
+    minute = int(minute_s) if minute_s else 0
+    if minute > 59:
+        return None
+    if ampm_s:
+        marker = re.sub(r"[^a-z]", "", ampm_s.lower())
+        if not 1 <= hour <= 12:
+            return None
+        if marker == "am":
+            hour = 0 if hour == 12 else hour
+        else:
+            hour = 12 if hour == 12 else hour + 12
+    elif hour > 23:
+        return None
+    return hour, minute
+
+
+def from_parts(
+    parts: Mapping[str, str | None],
+    now: datetime,
+    tz: str,
+    time_only_rule: TimeOnlyRule = "claude",
+) -> datetime | None:
+    """Build a reset instant from named regex groups.
+
+    Args:
+        parts: any of epoch, year, month, day, hour, minute, ampm, zone, rel_days, rel_hours,
+            rel_minutes, rel_seconds (strings as captured; missing or None = absent). ``month``
+            may be a number or an English/Portuguese/Spanish month name or abbreviation.
+        now: the instant the screen was seen (tz-aware).
+        tz: the box's IANA zone (used when ``zone`` is absent or invalid).
+        time_only_rule: "claude" (next occurrence, 1 h grace) or "codex" (same local date).
+
+    Returns:
+        The instant in UTC, or None when the parts hold no usable time (e.g. "13pm", "Feb 30").
+    """
+    get = lambda key: (parts.get(key) or None)  # noqa: E731 - tiny local accessor
+    if get("epoch"):
+        try:
+            return datetime.fromtimestamp(int(get("epoch")), tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    rel = [get(k) for k in ("rel_days", "rel_hours", "rel_minutes", "rel_seconds")]
+    if any(rel):
+        days, hours, minutes, seconds = (int(v) if v else 0 for v in rel)
+        return now.astimezone(UTC) + timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    if not get("hour"):
+        return None
+    clock = _clock(get("hour"), get("minute"), get("ampm"))
+    if clock is None:
+        return None
+    hour, minute = clock
+    zone = resolve_zone(get("zone"), tz)
+    today = now.astimezone(zone).date()
+    try:
+        if get("month") or get("day"):
+            month = _month_number(get("month") or "")
+            if month is None or not get("day"):
+                return None
+            day_n = int(get("day"))
+            if get("year"):
+                return _local(zone, date(int(get("year")), month, day_n), hour, minute)
+            year = today.year
+            candidate = date(year, month, day_n) if _valid(year, month, day_n) else None
+            if candidate is None or candidate < today:
+                year += 1
+                while not _valid(year, month, day_n):  # Feb 29 -> next leap year
+                    year += 1
+                candidate = date(year, month, day_n)
+            return _local(zone, candidate, hour, minute)
+    except ValueError:
+        return None
+    if time_only_rule == "codex":
+        return _local(zone, today, hour, minute)
+    floor = now.astimezone(UTC) - timedelta(hours=1)
+    for offset in (-1, 0, 1, 2):
+        candidate = _local(zone, today + timedelta(days=offset), hour, minute)
+        if candidate >= floor:
+            return candidate
+    return None  # pragma: no cover - offset 2 always qualifies
+
+
+def _valid(year: int, month: int, day_n: int) -> bool:
+    try:
+        date(year, month, day_n)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_when(
+    text: str,
+    now: datetime,
+    tz: str,
+    time_only_rule: TimeOnlyRule = "claude",
+) -> datetime | None:
+    """Parse the reset expression at the start of ``text`` (the rest of the line is ignored).
+
+    Accepted (as Claude Code 1.x-2.x and Codex 0.x print them): "5pm (Europe/Warsaw)",
+    "5:30am", "12am", "17:19", "Nov 13 at 9am", "Aug 3, 7am (Europe/Zurich)",
+    "Jul 27 at 4:30am (Asia/Calcutta)", "Mar 10th, 2026 3:39 AM", "Aug 20, 2026, 7:38 AM",
+    "in 5 days 22 hours 11 minutes", "8m", "|1755615600" (epoch seconds),
+    "2026-04-21 02:53", localized "21 de abr. de 2026 02:53". A leading "at"/"on"/"em"/"el" is skipped.
+
+    Args:
+        text: the text after "resets" / "reset at" / "try again" / "continuing automatically at".
+        now: the instant the screen was seen (tz-aware).
+        tz: the box's IANA zone.
+        time_only_rule: "claude" or "codex" (see module docstring).
+
+    Returns:
+        The reset instant in UTC, or None when the text starts with no recognisable time
+        (e.g. "later").
+    """
+    text = text.strip().replace("\u00a0", " ").replace("\u202f", " ")
+    text = _RE_LEAD.sub("", text, count=1)
+    if not text:
+        return None
+    m = _RE_ISO.match(text)
+    if m:
+        parts = m.groupdict()
+        if parts.pop("utc") and not parts.get("zone"):
+            parts["zone"] = "UTC"
+        return from_parts(parts, now, tz, time_only_rule)
+    m = _RE_EPOCH.match(text)
+    if m:
+        return from_parts(m.groupdict(), now, tz, time_only_rule)
+    m = _RE_REL.match(text)
+    if m and any(m.groupdict().values()):
+        return from_parts(m.groupdict(), now, tz, time_only_rule)
+    for pattern in (_RE_MDY, _RE_DMY):
+        m = pattern.match(text)
+        if m and _month_number(m.group("month")) and (m.group("ampm") or m.group("minute")):
+            return from_parts(m.groupdict(), now, tz, time_only_rule)
+    m = _RE_CLOCK.match(text)
+    if m and (m.group("ampm") or m.group("minute")):
+        return from_parts(m.groupdict(), now, tz, time_only_rule)
+    return None

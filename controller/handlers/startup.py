@@ -1,0 +1,77 @@
+"""Process-wide setup: kopf settings, API client, usage reader, metrics server; and login."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import asyncio
+import logging
+import os
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+
+from controller import constants as C
+from controller.kube.exec import apod_exec
+from controller.kube.objects import Kube
+from controller.runtime import Runtime
+from controller.settings import Settings, utcnow
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Service account in a cluster, else the kubeconfig named by $KUBECONFIG (read now, not at import)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+def _api_client(memo: Any) -> client.ApiClient:
+    path = getattr(memo, "kubeconfig", None) or os.environ.get("KUBECONFIG")
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config(config_file=path)
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    """Configure kopf and build the shared Runtime (unless a test put one in `memo`)."""
+    settings.persistence.finalizer = C.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=C.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=C.GROUP, key="last-handled-configuration")
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 270
+    settings.networking.request_timeout = 60
+    # Exec and status calls run in threads; the default pool (cores + 4) is too small for many tabs.
+    asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=64))
+
+    ops: Settings = getattr(memo, "settings", None) or Settings.from_env()
+    api = _api_client(memo)
+    from controller.providers.readers import UsageCache, UsageReader
+
+    reader = UsageReader(anthropic_base_url=ops.anthropic_base_url, openai_base_url=ops.openai_base_url)
+    exec_override = getattr(memo, "exec", None)
+    core = client.CoreV1Api(api)
+
+    async def run_exec(namespace: str, pod: str, container: str, argv: list[str]):
+        return await apod_exec(core, namespace, pod, container, argv, timeout=ops.exec_timeout_s)
+
+    memo.runtime = Runtime(settings=ops, kube=Kube(api), usage=UsageCache(reader),
+                           exec=exec_override or run_exec, clock=getattr(memo, "clock", None) or utcnow)
+    memo.reader = reader
+    if ops.metrics_port and not getattr(memo, "no_metrics", False):
+        from prometheus_client import start_http_server
+
+        from controller.metrics import REGISTRY
+
+        start_http_server(ops.metrics_port, registry=REGISTRY)
+    logger.info("agentbox-controller started")
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    """Close the HTTP session of the usage reader."""
+    reader = getattr(memo, "reader", None)
+    if reader is not None:
+        await reader.close()

@@ -1,0 +1,51 @@
+"""Subscription handlers: validate the login Secret; a reader daemon keeps the windows fresh."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from controller import constants as C
+from controller.runtime import Runtime
+from controller.service.subscriptions import SubscriptionReader, validate_subscription
+
+
+@kopf.on.resume(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription")
+@kopf.on.create(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription")
+@kopf.on.update(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription")
+async def validate(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
+    """Check the Secret and login file; set CredentialsValid and the threshold sentence."""
+    rt: Runtime = memo.runtime
+    status, events = await validate_subscription(dict(body), rt)
+    for type_, reason, message in events:
+        kopf.event(body, type=type_, reason=reason, message=message)
+    patch.status.update(status)
+    rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name).set()
+
+
+@kopf.daemon(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="read-usage", cancellation_timeout=5.0)
+async def read_usage(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
+                     logger: logging.Logger, **_: Any) -> None:
+    """One usage reader per subscription, shared by every box on it."""
+    rt: Runtime = memo.runtime
+    ns, name = body.metadata.namespace, body.metadata.name
+
+    def post(type_: str, reason: str, message: str) -> None:
+        kopf.event(body, type=type_, reason=reason, message=message)
+
+    reader = SubscriptionReader(rt, ns, name, post)
+    wake = rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + ns, name)
+    while not stopped:
+        try:
+            delay = await reader.tick(dict(body))
+        except Exception as exc:  # noqa: BLE001
+            logger.warning("Usage read failed (%s)", type(exc).__name__)
+            delay = rt.settings.usage_interval_s
+        wake.clear()
+        try:
+            await asyncio.wait_for(wake.wait(), timeout=delay)
+        except asyncio.TimeoutError:
+            pass

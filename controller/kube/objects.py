@@ -1,0 +1,209 @@
+"""Thin Kubernetes IO: pure builders for the box's children, and reads/writes over the client.
+
+Reads return None on 404; creates treat 409 as "exists"; Secrets are written only when their
+content differs. Sync client calls run in threads (`asyncio.to_thread`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from controller import constants as C
+
+
+def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
+    """ownerReference pointing at an AgentBox (controller=True, blockOwnerDeletion=True)."""
+    return {
+        "apiVersion": C.API_VERSION,
+        "kind": C.AGENTBOX_KIND,
+        "name": body["metadata"]["name"],
+        "uid": body["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def child_labels(box_name: str) -> dict[str, str]:
+    """Labels put on every child of a box."""
+    return {C.LABEL_MANAGED_BY: C.MANAGER_NAME, C.LABEL_NAME: "agentbox", C.LABEL_BOX: box_name}
+
+
+def pod_name(box_name: str) -> str:
+    """Name of the box pod."""
+    return box_name
+
+
+def secret_name(box_name: str) -> str:
+    """Name of the box credentials Secret."""
+    return f"{box_name}-credentials"
+
+
+def make_box_secret(body: dict[str, Any], key: str, login_text: str) -> dict[str, Any]:
+    """The box credentials Secret: one key (`credentials.json` or `auth.json`) with the login file."""
+    name = body["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": secret_name(name),
+            "namespace": body["metadata"]["namespace"],
+            "labels": child_labels(name),
+            "ownerReferences": [owner_reference(body)],
+        },
+        "data": {key: base64.b64encode(login_text.encode()).decode()},
+    }
+
+
+class TemplateError(ValueError):
+    """spec.template cannot make a pod; the message names the field."""
+
+
+def make_pod(body: dict[str, Any], template: dict[str, Any], agent: str, with_credentials: bool) -> dict[str, Any]:
+    """The box pod from spec.template, owned by the box, with the credentials Secret mounted
+    read-only at `/var/run/agentbox/credentials` in every container.
+
+    Raises:
+        TemplateError: the template has no containers or a container has no name.
+    """
+    name = body["metadata"]["name"]
+    tmpl = copy.deepcopy(template or {})
+    spec = tmpl.get("spec") or {}
+    containers = spec.get("containers") or []
+    if not isinstance(containers, list) or not containers:
+        raise TemplateError("spec.template.spec.containers must list at least one container")
+    for i, ctr in enumerate(containers):
+        if not isinstance(ctr, dict) or not ctr.get("name"):
+            raise TemplateError(f"spec.template.spec.containers[{i}].name is required")
+    meta = tmpl.get("metadata") or {}
+    labels = {**(meta.get("labels") or {}), **child_labels(name)}
+    if with_credentials:
+        volumes = [v for v in spec.get("volumes") or [] if v.get("name") != C.CREDENTIALS_VOLUME]
+        volumes.append({"name": C.CREDENTIALS_VOLUME, "secret": {"secretName": secret_name(name), "defaultMode": 0o400}})
+        spec["volumes"] = volumes
+        for ctr in containers:
+            mounts = [m for m in ctr.get("volumeMounts") or [] if m.get("name") != C.CREDENTIALS_VOLUME]
+            mounts.append({"name": C.CREDENTIALS_VOLUME, "mountPath": C.CREDENTIALS_MOUNT_PATH, "readOnly": True})
+            ctr["volumeMounts"] = mounts
+    for ctr in containers:
+        env = [e for e in ctr.get("env") or [] if e.get("name") != "AGENTBOX_AGENT"]
+        env.append({"name": "AGENTBOX_AGENT", "value": agent})
+        ctr["env"] = env
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(name),
+            "namespace": body["metadata"]["namespace"],
+            "labels": labels,
+            "annotations": meta.get("annotations") or {},
+            "ownerReferences": [owner_reference(body)],
+        },
+        "spec": spec,
+    }
+
+
+def box_container(pod_spec: dict[str, Any], wanted: str | None) -> str | None:
+    """The container that runs tmux: `wanted` if present, else the first one; None if absent."""
+    names = [c.get("name") for c in pod_spec.get("containers") or []]
+    if wanted:
+        return wanted if wanted in names else None
+    return names[0] if names else None
+
+
+class Kube:
+    """The operator's Kubernetes client (official client, called in threads)."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    async def get_secret_value(self, namespace: str, name: str, key: str) -> tuple[bool, str | None]:
+        """(secret exists, decoded value of `key` or None)."""
+        try:
+            sec = await asyncio.to_thread(self.core.read_namespaced_secret, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False, None
+            raise
+        data = sec.data or {}
+        if key not in data:
+            return True, None
+        return True, base64.b64decode(data[key]).decode("utf-8", errors="replace")
+
+    async def ensure_secret(self, secret: dict[str, Any]) -> str:
+        """Create the Secret, or replace its data when it differs. Returns created|updated|unchanged."""
+        ns, name = secret["metadata"]["namespace"], secret["metadata"]["name"]
+        try:
+            current = await asyncio.to_thread(self.core.read_namespaced_secret, name, ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            try:
+                await asyncio.to_thread(self.core.create_namespaced_secret, ns, secret)
+                return "created"
+            except ApiException as exc2:
+                if exc2.status != 409:
+                    raise
+                current = await asyncio.to_thread(self.core.read_namespaced_secret, name, ns)
+        if (current.data or {}) == secret["data"]:
+            return "unchanged"
+        await asyncio.to_thread(self.core.patch_namespaced_secret, name, ns,
+                                {"data": secret["data"]}, _content_type="application/merge-patch+json")
+        return "updated"
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod as a dict, or None."""
+        try:
+            pod = await asyncio.to_thread(self.core.read_namespaced_pod, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return self.api_client.sanitize_for_serialization(pod)
+
+    async def ensure_pod(self, pod: dict[str, Any]) -> str:
+        """Create the pod unless it exists (pods are immutable; a changed template needs a
+        recreate, which the controller leaves to the user). Returns created|exists."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if await self.get_pod(ns, name) is not None:
+            return "exists"
+        try:
+            await asyncio.to_thread(self.core.create_namespaced_pod, ns, pod)
+        except ApiException as exc:
+            if exc.status == 409:
+                return "exists"
+            raise
+        return "created"
+
+    async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """One of our custom objects, or None."""
+        try:
+            return await asyncio.to_thread(self.custom.get_namespaced_custom_object,
+                                           C.GROUP, C.VERSION, namespace, plural, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch the status subresource (lists in `status` replace the stored lists)."""
+        try:
+            await asyncio.to_thread(self.custom.patch_namespaced_custom_object_status,
+                                    C.GROUP, C.VERSION, namespace, plural, name, {"status": status})
+        except ApiException as exc:
+            if exc.status != 404:  # deleted meanwhile: nothing to record
+                raise
+
+    async def patch_annotations(self, plural: str, namespace: str, name: str, annotations: dict[str, Any]) -> None:
+        """Merge-patch metadata.annotations (a None value removes the key)."""
+        await asyncio.to_thread(self.custom.patch_namespaced_custom_object,
+                                C.GROUP, C.VERSION, namespace, plural, name,
+                                {"metadata": {"annotations": annotations}})

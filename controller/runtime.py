@@ -1,0 +1,35 @@
+"""Process-wide things the handlers share (kept in kopf's `memo`): settings, clients, caches, clock."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.kube.objects import Kube
+from controller.settings import Clock, Settings, utcnow
+
+
+@dataclass
+class Runtime:
+    """Everything a handler needs besides the object it handles.
+
+    Attributes:
+        settings: operator settings.
+        kube: Kubernetes client wrapper.
+        usage: `controller.providers.readers.UsageCache` shared by every box (one reader per subscription).
+        exec: `async (namespace, pod, container, argv) -> ExecResult` running one argv in a box container.
+        clock: returns the current UTC instant.
+        wakeups: per box (namespace, name) an Event that wakes its tab watcher early.
+    """
+
+    settings: Settings
+    kube: Kube
+    usage: Any
+    exec: Any = None
+    clock: Clock = utcnow
+    wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+
+    def wakeup(self, namespace: str, name: str) -> asyncio.Event:
+        """The wake-up Event of one box (created on first use)."""
+        return self.wakeups.setdefault((namespace, name), asyncio.Event())

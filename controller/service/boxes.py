@@ -1,0 +1,144 @@
+"""AgentBox reconcile: validate the spec, copy the subscription's login into the box
+credentials Secret, create the box pod; report the outcome as conditions and Events.
+
+Idempotent: running it twice changes nothing the second time. Credentials never leave the
+Secrets: messages name fields and reasons, never values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from controller import constants as C
+from controller.conditions import set_condition
+from controller.kube.objects import TemplateError, make_box_secret, make_pod, pod_name
+from controller.models import AgentBoxSpec, SubscriptionSpec
+from controller.runtime import Runtime
+
+
+def credential_key(agent: str) -> str:
+    """Key of the box credentials Secret for an agent (the login file's own name)."""
+    return "auth.json" if agent == "codex" else "credentials.json"
+
+
+def validation_message(exc: ValidationError, prefix: str = "spec") -> str:
+    """One line naming each invalid field (values are not echoed: they may be secrets)."""
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{prefix}.{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+@dataclass
+class Outcome:
+    """Result of one reconcile: status fields to merge, Events to post, whether to retry later."""
+
+    status: dict[str, Any] = field(default_factory=dict)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type Normal|Warning, reason, message)
+    retry_after: float | None = None
+
+
+def _fail(body: dict[str, Any], rt: Runtime, reason: str, message: str, retry: float | None = 30.0) -> Outcome:
+    status = body.get("status") or {}
+    gen = body["metadata"].get("generation")
+    conds = set_condition(status.get("conditions") or [], C.COND_READY, False, reason, message, rt.clock(), gen)
+    return Outcome(status={"conditions": conds, "state": "Error", "observedGeneration": gen},
+                   events=[("Warning", reason, message)], retry_after=retry)
+
+
+async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
+    """Bring a box's Secret and pod in line with its spec.
+
+    Args:
+        body: the AgentBox object (dict).
+        rt: runtime.
+    Returns:
+        An `Outcome`; `retry_after` set when a missing dependency may appear later.
+    """
+    meta = body["metadata"]
+    ns, name, gen = meta["namespace"], meta["name"], meta.get("generation")
+    try:
+        spec = AgentBoxSpec.model_validate(body.get("spec") or {})
+    except ValidationError as exc:
+        return _fail(body, rt, C.R_INVALID_SPEC, validation_message(exc), retry=None)
+
+    provider = C.SUPPORTED_SUBSCRIPTION_AGENTS.get(spec.agent)
+    uses_limits = spec.when_agent_stops.resume_after_reset or spec.when_agent_stops.rotation.enabled
+    login_text: str | None = None
+    if provider is None:
+        if spec.subscription or spec.when_agent_stops.rotation.enabled:
+            return _fail(body, rt, C.R_UNSUPPORTED_AGENT,
+                         f"spec.agent: {spec.agent} does not run on a subscription; remove spec.subscription "
+                         "and spec.whenAgentStops.rotation (limit features are for claude-code and codex)", retry=None)
+    else:
+        if not spec.subscription:
+            return _fail(body, rt, C.R_INVALID_SPEC, f"spec.subscription: required for agent {spec.agent}", retry=None)
+        sub = await rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, ns, spec.subscription)
+        if sub is None:
+            return _fail(body, rt, C.R_SUBSCRIPTION_NOT_FOUND,
+                         f"spec.subscription: Subscription {spec.subscription!r} not found in namespace {ns}")
+        try:
+            sub_spec = SubscriptionSpec.model_validate(sub.get("spec") or {})
+        except ValidationError as exc:
+            return _fail(body, rt, C.R_SUBSCRIPTION_NOT_FOUND,
+                         f"Subscription {spec.subscription!r} is invalid: {validation_message(exc)}")
+        if sub_spec.provider != provider:
+            return _fail(body, rt, C.R_PROVIDER_MISMATCH,
+                         f"spec.subscription: Subscription {spec.subscription!r} is for {sub_spec.provider}, "
+                         f"agent {spec.agent} needs {provider}", retry=None)
+        ref = sub_spec.credentials_secret_ref
+        exists, login_text = await rt.kube.get_secret_value(ns, ref.name, ref.key)
+        if not exists:
+            return _fail(body, rt, C.R_SECRET_NOT_FOUND,
+                         f"Subscription {spec.subscription!r} spec.credentialsSecretRef.name: Secret {ref.name!r} not found")
+        if login_text is None:
+            return _fail(body, rt, C.R_SECRET_KEY_MISSING,
+                         f"Subscription {spec.subscription!r} spec.credentialsSecretRef.key: "
+                         f"Secret {ref.name!r} has no key {ref.key!r}")
+        from controller.providers.credentials import InvalidLogin, parse_login
+
+        try:
+            parse_login(provider, login_text)
+        except InvalidLogin as exc:
+            return _fail(body, rt, C.R_INVALID_LOGIN,
+                         f"Subscription {spec.subscription!r}: the login file in Secret {ref.name!r} key {ref.key!r} "
+                         f"is unusable: {exc}")
+
+    try:
+        pod = make_pod(body, spec.template, spec.agent, with_credentials=login_text is not None)
+    except TemplateError as exc:
+        return _fail(body, rt, C.R_INVALID_SPEC, str(exc), retry=None)
+
+    events: list[tuple[str, str, str]] = []
+    if login_text is not None:
+        result = await rt.kube.ensure_secret(make_box_secret(body, credential_key(spec.agent), login_text))
+        if result == "created":
+            events.append(("Normal", "CreatedSecret", f"Created Secret {name}-credentials"))
+        elif result == "updated":
+            events.append(("Normal", "UpdatedSecret", f"Updated Secret {name}-credentials"))
+    if await rt.kube.ensure_pod(pod) == "created":
+        events.append(("Normal", "CreatedPod", f"Created Pod {pod_name(name)}"))
+
+    current = await rt.kube.get_pod(ns, pod_name(name))
+    phase = ((current or {}).get("status") or {}).get("phase") or "Pending"
+    status = body.get("status") or {}
+    now = rt.clock()
+    if phase == "Running":
+        conds = set_condition(status.get("conditions") or [], C.COND_READY, True, C.R_RECONCILED,
+                              "Pod running; tabs are watched" if uses_limits and provider else "Pod running", now, gen)
+    else:
+        conds = set_condition(status.get("conditions") or [], C.COND_READY, False, C.R_POD_PENDING,
+                              f"Pod {pod_name(name)} is {phase}", now, gen)
+    out = {
+        "pod": pod_name(name),
+        "subscription": status.get("subscription") or spec.subscription,
+        "conditions": conds,
+        "observedGeneration": gen,
+    }
+    if status.get("state") in (None, "Error", "Pending") or phase != "Running":
+        out["state"] = "Running" if phase == "Running" else "Pending"
+    return Outcome(status=out, events=events)

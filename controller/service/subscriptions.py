@@ -1,0 +1,132 @@
+"""Subscription service: login validation and the periodic usage read (one reader per subscription)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from datetime import datetime
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from controller import constants as C
+from controller.conditions import rfc3339, set_condition
+from controller.domain.subscription import evaluate, threshold_sentence
+from controller.domain.types import Usage, Window
+from controller.models import SubscriptionSpec
+from controller.runtime import Runtime
+from controller.service.boxes import validation_message
+
+log = logging.getLogger("agentbox.subscriptions")
+
+
+async def load_login(rt: Runtime, namespace: str, spec: SubscriptionSpec) -> tuple[Any | None, str, str]:
+    """(login or None, condition reason, message). Messages never hold secret values."""
+    from controller.providers.credentials import InvalidLogin, parse_login
+
+    ref = spec.credentials_secret_ref
+    exists, text = await rt.kube.get_secret_value(namespace, ref.name, ref.key)
+    if not exists:
+        return None, C.R_SECRET_NOT_FOUND, f"spec.credentialsSecretRef.name: Secret {ref.name!r} not found"
+    if text is None:
+        return None, C.R_SECRET_KEY_MISSING, f"spec.credentialsSecretRef.key: Secret {ref.name!r} has no key {ref.key!r}"
+    try:
+        return parse_login(spec.provider, text), C.R_RECONCILED, "Login file is valid"
+    except InvalidLogin as exc:
+        return None, C.R_INVALID_LOGIN, f"spec.credentialsSecretRef: login file unusable: {exc}"
+
+
+async def validate_subscription(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """Validate a Subscription's spec and login; returns (status fields, events)."""
+    meta = body["metadata"]
+    gen = meta.get("generation")
+    status = body.get("status") or {}
+    now = rt.clock()
+    try:
+        spec = SubscriptionSpec.model_validate(body.get("spec") or {})
+    except ValidationError as exc:
+        msg = validation_message(exc)
+        conds = set_condition(status.get("conditions") or [], C.COND_CREDENTIALS_VALID, False, C.R_INVALID_SPEC, msg, now, gen)
+        return {"conditions": conds, "state": "Unknown", "observedGeneration": gen}, [("Warning", C.R_INVALID_SPEC, msg)]
+    login, reason, msg = await load_login(rt, meta["namespace"], spec)
+    conds = set_condition(status.get("conditions") or [], C.COND_CREDENTIALS_VALID, login is not None, reason, msg, now, gen)
+    out = {"conditions": conds, "observedGeneration": gen,
+           "threshold": threshold_sentence(spec.reserve.five_hour_percent, spec.reserve.weekly_percent)}
+    if not status.get("state"):
+        out["state"] = "Unknown"
+    events = [] if login is not None else [("Warning", reason, msg)]
+    return out, events
+
+
+def _window_status(w: Window) -> dict[str, Any]:
+    out: dict[str, Any] = {"utilization": w.utilization}
+    if w.resets_at:
+        out["resetsAt"] = rfc3339(w.resets_at)
+    return out
+
+
+class SubscriptionReader:
+    """Reads one subscription's usage on a cadence and writes windows and state to its status."""
+
+    def __init__(self, rt: Runtime, namespace: str, name: str, post_event: Callable[[str, str, str], None]) -> None:
+        self.rt, self.namespace, self.name, self.post_event = rt, namespace, name, post_event
+        self.last_state: str | None = None
+
+    async def tick(self, body: dict[str, Any]) -> float:
+        """Read once (through the shared cache) and patch status; returns seconds until the next read."""
+        rt = self.rt
+        try:
+            spec = SubscriptionSpec.model_validate(body.get("spec") or {})
+        except ValidationError:
+            return rt.settings.usage_interval_s
+        login, _, _ = await load_login(rt, self.namespace, spec)
+        if login is None:
+            return rt.settings.usage_interval_s
+        from controller.providers.readers import UsageThrottled, UsageUnauthorized
+
+        status = body.get("status") or {}
+        gen = body["metadata"].get("generation")
+        now = rt.clock()
+        usage: Usage | None = None
+        try:
+            usage = await rt.usage.get((self.namespace, self.name), spec.provider, login,
+                                       max_age_s=rt.settings.usage_max_age_s, now=rt.clock)
+            conds = set_condition(status.get("conditions") or [], C.COND_USAGE_FETCHED, True, C.R_USAGE_READ, "Usage read", now, gen)
+        except UsageUnauthorized:
+            conds = set_condition(status.get("conditions") or [], C.COND_USAGE_FETCHED, False, C.R_UNAUTHORIZED,
+                                  "The provider refused the login (401/403)", now, gen)
+            await self._patch({"state": "Disconnected", "conditions": conds, "message": "Login refused by the provider"})
+            return rt.settings.usage_interval_s
+        except UsageThrottled as exc:
+            conds = set_condition(status.get("conditions") or [], C.COND_USAGE_FETCHED, False, "Throttled",
+                                  "The provider asked to slow down; keeping the last windows", now, gen)
+            await self._patch({"conditions": conds})
+            return max(rt.settings.usage_interval_s, float(getattr(exc, "retry_after_s", 0) or 0))
+        except Exception as exc:  # noqa: BLE001
+            conds = set_condition(status.get("conditions") or [], C.COND_USAGE_FETCHED, False, C.R_UPSTREAM_UNAVAILABLE,
+                                  f"Usage read failed ({type(exc).__name__})", now, gen)
+            await self._patch({"conditions": conds})
+            return rt.settings.usage_interval_s
+        verdict = evaluate(usage, spec.reserve.five_hour_percent, spec.reserve.weekly_percent, now)
+        windows = {}
+        if "five_hour" in usage.windows:
+            windows["fiveHour"] = _window_status(usage.windows["five_hour"])
+        if "weekly" in usage.windows:
+            windows["weekly"] = _window_status(usage.windows["weekly"])
+        await self._patch({
+            "windows": windows, "readAt": rfc3339(usage.read_at), "state": verdict.state,
+            "reservedUntil": rfc3339(verdict.until) if verdict.state == "Reserved" else None,
+            "message": verdict.message, "conditions": conds,
+        })
+        if verdict.state != self.last_state:
+            self.last_state = verdict.state
+            if verdict.state in ("Exhausted", "Reserved"):
+                self.post_event("Normal", verdict.state, verdict.message)
+        delay = rt.settings.usage_interval_s
+        resets = [w.resets_at for w in usage.windows.values() if w.resets_at and w.resets_at > now]
+        if resets:
+            delay = min(delay, max(1.0, (min(resets) - now).total_seconds() + 1))
+        return delay * (0.9 + 0.2 * random.random()) if delay == rt.settings.usage_interval_s else delay
+
+    async def _patch(self, status: dict[str, Any]) -> None:
+        await self.rt.kube.patch_status(C.SUBSCRIPTION_PLURAL, self.namespace, self.name, status)

@@ -1,0 +1,371 @@
+"""The tab watcher: one per running AgentBox. Captures every tab, detects limits, plans with
+`controller.domain.resume`, acts through the box terminal, and records the outcome in
+`status.tabs[]` so a restarted controller picks up the same deadlines.
+
+It sleeps until the earliest tab deadline (or the scan interval), so a resume fires within
+seconds of its instant instead of at the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from controller import constants as C
+from controller import metrics
+from controller.conditions import rfc3339, set_condition
+from controller.domain.resume import (
+    Action, Phase, ResumeConfig, TabPlan, TabRecord, after_usage, plan_tab, usage_verdict,
+)
+from controller.domain.types import Detection, TabState
+from controller.kube.objects import box_container, pod_name
+from controller.models import AgentBoxSpec, SubscriptionSpec
+from controller.runtime import Runtime
+from controller.terminal.session import BoxTerminal, TmuxCommandFailed
+
+log = logging.getLogger("agentbox.tabs")
+
+EventFn = Callable[[str, str, str], None]
+"""Posts a Kubernetes Event on the box: (type Normal|Warning, reason, message)."""
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+    except ValueError:
+        return None
+
+
+def record_from_status(tab: dict[str, Any]) -> TabRecord:
+    """Rebuild a TabRecord from a status.tabs[] entry (controller restart)."""
+    try:
+        phase = Phase(tab.get("state") or "Unknown")
+    except ValueError:
+        phase = Phase.UNKNOWN
+    return TabRecord(
+        name=tab.get("name", ""), phase=phase, limit_key=tab.get("limitKey"),
+        resets_at=_parse_time(tab.get("resetsAt")), resume_at=_parse_time(tab.get("resumeAt")),
+        detected_by=tab.get("detectedBy"), message=tab.get("message"), sent_for=tab.get("sentFor"),
+        sent_at=_parse_time(tab.get("sentAt")), attempts=int(tab.get("attempts") or 0),
+        last_input_at=_parse_time(tab.get("lastInputAt")),
+    )
+
+
+def record_to_status(rec: TabRecord, tab_id: str | None) -> dict[str, Any]:
+    """status.tabs[] entry of a TabRecord (camelCase, no None values)."""
+    out = {
+        "name": rec.name, "id": tab_id, "state": rec.phase.value,
+        "resetsAt": rfc3339(rec.resets_at), "resumeAt": rfc3339(rec.resume_at),
+        "detectedBy": rec.detected_by, "message": rec.message, "lastInputAt": rfc3339(rec.last_input_at),
+        "limitKey": rec.limit_key, "sentFor": rec.sent_for, "sentAt": rfc3339(rec.sent_at),
+        "attempts": rec.attempts,
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _container_tz(pod: dict[str, Any], container: str) -> str | None:
+    for ctr in (pod.get("spec") or {}).get("containers") or []:
+        if ctr.get("name") == container:
+            for env in ctr.get("env") or []:
+                if env.get("name") == "TZ" and env.get("value"):
+                    return env["value"]
+    return None
+
+
+class BoxWatcher:
+    """Watches the tabs of one AgentBox.
+
+    Args:
+        rt: runtime (settings, clients, clock).
+        namespace, name: the box.
+        post_event: posts an Event on the box.
+    """
+
+    def __init__(self, rt: Runtime, namespace: str, name: str, post_event: EventFn) -> None:
+        self.rt = rt
+        self.namespace = namespace
+        self.name = name
+        self.post_event = post_event
+        self.records: dict[str, TabRecord] | None = None
+        self.tab_ids: dict[str, str] = {}
+        self._last_status: dict[str, Any] | None = None
+        s = rt.settings
+        self.cfg = ResumeConfig(
+            margin_s=s.resume_margin_s, human_idle_s=s.human_idle_s, auto_continue_grace_s=s.auto_continue_grace_s,
+            settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
+        )
+        self._pattern_error: str | None = None
+
+    # ------------------------------------------------------------------ one pass
+    async def tick(self, body: dict[str, Any]) -> float:
+        """Observe and act once; return seconds until the next pass is needed."""
+        s = self.rt.settings
+        try:
+            spec = AgentBoxSpec.model_validate(body.get("spec") or {})
+        except ValidationError:
+            return s.scan_interval_s  # the reconcile handler reports the invalid spec
+        if spec.agent not in C.SUPPORTED_SUBSCRIPTION_AGENTS or not spec.subscription:
+            return s.scan_interval_s
+        if self.records is None:
+            self.records = {t["name"]: record_from_status(t) for t in (body.get("status") or {}).get("tabs") or []
+                            if t.get("name")}
+            self.tab_ids = {t["name"]: t.get("id", "") for t in (body.get("status") or {}).get("tabs") or []
+                            if t.get("name")}
+        pod = await self.rt.kube.get_pod(self.namespace, pod_name(self.name))
+        if not pod or (pod.get("status") or {}).get("phase") != "Running":
+            return s.scan_interval_s
+        container = box_container(pod.get("spec") or {}, spec.container)
+        if container is None:
+            return s.scan_interval_s
+        term = BoxTerminal(self._exec_fn(pod_name(self.name), container), s.send_pause_s)
+        tz = spec.time_zone or _container_tz(pod, container) or "UTC"
+        patterns = self._user_patterns(spec)
+
+        try:
+            tabs, inputs = await term.tabs()
+            screens = await term.capture_all(tabs)
+        except TmuxCommandFailed:
+            await self._write_status(body, spec, [], "tmux session 'agentbox' not found in the box container")
+            return s.scan_interval_s
+        except Exception as exc:  # noqa: BLE001 - exec transport errors: retry at the next scan
+            log.warning("Box %s/%s: exec failed (%s)", self.namespace, self.name, type(exc).__name__)
+            return s.scan_interval_s
+
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        now = self.rt.clock()
+        wake: list[datetime] = []
+        live_names = set()
+        for tab in tabs:
+            live_names.add(tab.name)
+            self.tab_ids[tab.name] = tab.id
+            det = self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns)
+            rec = self.records.get(tab.name) or TabRecord(tab.name)
+            plan = plan_tab(rec, det, inputs.get(tab.id), now, self.cfg, spec.when_agent_stops.resume_after_reset)
+            plan = self._apply_annotations(plan, det, annotations, now)
+            plan = await self._act(term, tab, spec, det, plan, body, tz, patterns)
+            self.records[tab.name] = plan.record
+            if plan.wake_at:
+                wake.append(plan.wake_at)
+            elif plan.record.resume_at:
+                wake.append(plan.record.resume_at)
+        for gone in set(self.records) - live_names:
+            del self.records[gone]
+        await self._consume_annotations(annotations)
+        await self._write_status(body, spec, tabs, None)
+
+        now = self.rt.clock()
+        delay = s.scan_interval_s
+        for at in wake:
+            delay = min(delay, max(0.0, (at - now).total_seconds()))
+        return delay
+
+    # ------------------------------------------------------------------ helpers
+    def _exec_fn(self, pod: str, container: str):
+        rt = self.rt
+
+        async def run(argv: list[str]):
+            try:
+                result = await rt.exec(self.namespace, pod, container, argv)
+            except Exception:
+                metrics.EXEC_CALLS.labels("error").inc()
+                raise
+            metrics.EXEC_CALLS.labels("ok" if result.rc == 0 else "nonzero").inc()
+            return result
+        return run
+
+    def _user_patterns(self, spec: AgentBoxSpec) -> list[Any]:
+        from controller.domain.detection import InvalidPattern, compile_user_pattern
+
+        out = []
+        for i, pat in enumerate(spec.detection.patterns):
+            try:
+                out.append(compile_user_pattern(pat.regex, kind=pat.kind))
+            except InvalidPattern as exc:
+                msg = f"spec.detection.patterns[{i}].regex: {exc}"
+                if msg != self._pattern_error:
+                    self._pattern_error = msg
+                    self.post_event("Warning", "InvalidPattern", msg)
+        return out
+
+    def _detect(self, agent: str, screen: str, now: datetime, tz: str, patterns: list[Any]) -> Detection:
+        from controller.agents import detect
+
+        return detect(agent, screen, now, tz, patterns)
+
+    def _apply_annotations(self, plan: TabPlan, det: Detection, annotations: dict[str, str], now: datetime) -> TabPlan:
+        rec = plan.record
+        if rec.phase not in (Phase.RATE_LIMITED, Phase.NEEDS_ATTENTION) or det.state != TabState.RATE_LIMITED:
+            return plan
+        if annotations.get(C.ANNOTATION_CANCEL_RESUME, "").lower() == "true":
+            return TabPlan(replace(rec, resume_at=None, message="Scheduled resume cancelled by annotation "
+                                   f"{C.ANNOTATION_CANCEL_RESUME}"))
+        at: datetime | None = None
+        if C.ANNOTATION_RESUME_NOW in annotations:
+            at = now
+        elif C.ANNOTATION_RESUME_AT in annotations:
+            at = _parse_time(annotations[C.ANNOTATION_RESUME_AT])
+        if at is None:
+            return plan
+        rec = replace(rec, phase=Phase.RATE_LIMITED, resume_at=at, sent_for=None, attempts=0,
+                      message=f"Resume requested by annotation for {at:%H:%M:%S} UTC")
+        if at > now:
+            return TabPlan(rec, wake_at=at)
+        return TabPlan(replace(rec, resets_at=None), action=Action.CHECK_USAGE, event="ResumeRequested")
+
+    async def _consume_annotations(self, annotations: dict[str, str]) -> None:
+        if C.ANNOTATION_RESUME_NOW in annotations:
+            await self.rt.kube.patch_annotations(C.AGENTBOX_PLURAL, self.namespace, self.name,
+                                                 {C.ANNOTATION_RESUME_NOW: None})
+
+    async def _act(self, term: BoxTerminal, tab: Any, spec: AgentBoxSpec, det: Detection, plan: TabPlan,
+                   body: dict[str, Any], tz: str, patterns: list[Any]) -> TabPlan:
+        rec = plan.record
+        if plan.event == "LimitDetected":
+            metrics.DETECTIONS.labels(self.namespace, spec.agent, (det.detected_by or "").split(":")[0],
+                                      det.kind.value if det.kind else "").inc()
+            when = f"resets {rfc3339(det.resets_at)}" if det.resets_at else "no reset time on screen"
+            self.post_event("Normal", "LimitDetected", f"Tab {tab.name}: usage limit ({when}); {rec.message}")
+        elif plan.event in ("ResumeNotTakingEffect", "PromptNotEmpty", "OutOfCredits", "NeedsAttention"):
+            self.post_event("Warning", plan.event, f"Tab {tab.name}: {rec.message}")
+        elif plan.event == "LimitCameBack":
+            self.post_event("Normal", "LimitCameBack", f"Tab {tab.name}: {rec.message}")
+
+        if plan.action == Action.ANSWER_MENU and plan.menu_choice is not None:
+            before = await term.capture(tab.pane_id)
+            await term.press(tab.pane_id, str(plan.menu_choice))
+            moved = await term.wait_changed(tab.pane_id, before, self.rt.settings.verify_timeout_s)
+            self.post_event("Normal", "AnsweredLimitMenu",
+                            f"Tab {tab.name}: chose option {plan.menu_choice} 'Stop and wait for limit to reset'"
+                            + ("" if moved else " (screen did not change)"))
+            return replace(plan, wake_at=self.rt.clock() + timedelta(seconds=1))
+
+        if plan.action != Action.CHECK_USAGE:
+            return plan
+
+        due = rec.resume_at or self.rt.clock()
+        usage = await self._fresh_usage(spec, rec)
+        now = self.rt.clock()
+        verdict = usage_verdict(usage, rec.window, now)
+        nxt = after_usage(rec, verdict, now, self.cfg)
+        if nxt.record.phase != Phase.RESUMING:
+            if nxt.event == "ResetNotYet":
+                self.post_event("Normal", "ResetNotYet", f"Tab {tab.name}: {nxt.record.message}")
+            return nxt
+        metrics.DEADLINE_LAG.observe(max(0.0, (now - due).total_seconds()))
+        # Write-ahead: the tab is marked as being resumed for this limit event before any key is sent,
+        # so a controller restarted mid-way never sends twice.
+        self.records[tab.name] = nxt.record  # type: ignore[index]
+        await self._write_status(body, spec, None, None)
+        ok, how = await self._resume(term, tab, spec.agent, tz, patterns)
+        metrics.RESUMES.labels(self.namespace, self.name, spec.agent, "ok" if ok else "no_effect").inc()
+        if ok:
+            self.post_event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset")
+            return replace(nxt, record=replace(nxt.record, message=f"Resumed: {how}"))
+        self.post_event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}; the tab did not react")
+        return replace(nxt, record=replace(nxt.record, phase=Phase.NEEDS_ATTENTION,
+                                           message=f"{how}, but the tab did not react; a human should look"),
+                       wake_at=None)
+
+    async def _fresh_usage(self, spec: AgentBoxSpec, rec: TabRecord):
+        """The subscription's usage read after the reset instant (or None when unreadable)."""
+        provider = C.SUPPORTED_SUBSCRIPTION_AGENTS[spec.agent]
+        sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, spec.subscription or "")
+        if not sub:
+            return None
+        try:
+            sub_spec = SubscriptionSpec.model_validate(sub.get("spec") or {})
+            ref = sub_spec.credentials_secret_ref
+            _, text = await self.rt.kube.get_secret_value(self.namespace, ref.name, ref.key)
+            if text is None:
+                return None
+            from controller.providers.credentials import parse_login
+
+            login = parse_login(provider, text)
+            now = self.rt.clock()
+            max_age = self.rt.settings.usage_max_age_s
+            if rec.resets_at is not None:
+                max_age = min(max_age, max(0.0, (now - rec.resets_at).total_seconds()))
+            usage = await self.rt.usage.get((self.namespace, spec.subscription), provider, login,
+                                            max_age_s=max_age, now=self.rt.clock)
+            metrics.USAGE_READS.labels(provider, "ok").inc()
+            return usage
+        except Exception as exc:  # noqa: BLE001 - any failure means "unknown", never "exhausted"
+            metrics.USAGE_READS.labels(provider, "error").inc()
+            log.info("Box %s/%s: usage read failed (%s)", self.namespace, self.name, type(exc).__name__)
+            return None
+
+    async def _resume(self, term: BoxTerminal, tab: Any, agent: str, tz: str, patterns: list[Any]) -> tuple[bool, str]:
+        """Send the agent's resume keys; returns (the tab moved on, what was done)."""
+        from controller.agents import resume_actions
+
+        continue_text, restart_argv = resume_actions(agent)
+        s = self.rt.settings
+        if restart_argv:
+            await term.press(tab.pane_id, "C-c")
+            await asyncio.sleep(s.send_pause_s)
+            await term.press(tab.pane_id, "C-c")
+
+            async def at_shell() -> bool:
+                cmd = (await term.foreground(tab.pane_id)).lstrip("-")
+                return cmd in {"bash", "sh", "zsh", "fish", "dash", "ash", "ksh"}
+            if not await term.wait_until(at_shell, s.restart_timeout_s):
+                return False, "pressed Ctrl-C twice but the agent did not exit"
+            await term.type_line(tab.pane_id, " ".join(restart_argv))
+
+            async def agent_ready() -> bool:
+                if await at_shell():
+                    return False
+                screen = await term.capture(tab.pane_id)
+                det = self._detect(agent, screen, self.rt.clock(), tz, patterns)
+                return det.prompt_text is not None
+            if not await term.wait_until(agent_ready, s.restart_timeout_s):
+                return False, f"ran '{' '.join(restart_argv)}' but the agent's prompt did not come back"
+        before = await term.capture(tab.pane_id)
+        await term.type_line(tab.pane_id, continue_text)
+        moved = await term.wait_changed(tab.pane_id, before, s.verify_timeout_s)
+        how = (f"restarted with '{' '.join(restart_argv)}' and sent '{continue_text}'" if restart_argv
+               else f"sent '{continue_text}'")
+        return moved, how
+
+    async def _write_status(self, body: dict[str, Any], spec: AgentBoxSpec, tabs: list[Any] | None,
+                            problem: str | None) -> None:
+        """Patch status.tabs, state, resumeAt and the RateLimited/NeedsAttention conditions when changed."""
+        records = list((self.records or {}).values())
+        tab_status = [record_to_status(r, self.tab_ids.get(r.name)) for r in records]
+        limited = [r for r in records if r.phase in (Phase.RATE_LIMITED, Phase.RESUMING)]
+        attention = [r for r in records if r.phase == Phase.NEEDS_ATTENTION]
+        resume_ats = [r.resume_at for r in records if r.resume_at]
+        now = self.rt.clock()
+        gen = (body.get("metadata") or {}).get("generation")
+        conds = list((body.get("status") or {}).get("conditions") or [])
+        if limited:
+            conds = set_condition(conds, C.COND_RATE_LIMITED, True, C.R_WAITING_FOR_RESET,
+                                  f"{len(limited)} tab(s) wait for a usage reset", now, gen)
+        else:
+            conds = set_condition(conds, C.COND_RATE_LIMITED, False, C.R_NONE_LIMITED, "No tab is rate limited", now, gen)
+        if attention or problem:
+            msg = problem or "; ".join(f"tab {r.name}: {r.message}" for r in attention)
+            conds = set_condition(conds, C.COND_NEEDS_ATTENTION, True, C.R_RESUME_FAILED if attention else "TmuxMissing",
+                                  msg, now, gen)
+        else:
+            conds = set_condition(conds, C.COND_NEEDS_ATTENTION, False, C.R_ALL_CLEAR, "No tab needs a human", now, gen)
+        state = "NeedsAttention" if attention or problem else ("RateLimited" if limited else "Running")
+        status = {
+            "tabs": tab_status, "state": state, "resumeAt": rfc3339(min(resume_ats)) if resume_ats else None,
+            "conditions": conds,
+        }
+        metrics.TABS_NEEDING_HUMAN.labels(self.namespace, self.name).set(len(attention))
+        metrics.TABS_RATE_LIMITED.labels(self.namespace, self.name).set(len(limited))
+        comparable = {k: v for k, v in status.items() if k != "conditions"}
+        comparable["conds"] = [(c["type"], c["status"], c["reason"], c["message"]) for c in conds]
+        if comparable == self._last_status:
+            return
+        self._last_status = comparable
+        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, status)

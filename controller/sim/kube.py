@@ -1,0 +1,1168 @@
+"""An emulated Kubernetes API server on loopback HTTP, good enough for the real kopf and the official client.
+
+Used by the component tests and by ``agentbox-controller demo``.  It is built on kmock 0.8: kmock's
+:class:`kmock.KubernetesScaffold` answers discovery (``/api``, ``/apis``, ``/api/v1``, ``/apis/{g}/{v}``)
+from its bundled catalogue of built-in resources plus the CRDs loaded here; everything below a resource
+path is served by this module with its own storage, because kmock's ``KubernetesEmulator`` storage lacks
+what kopf 1.45 needs (see ``notes/test-harness.md``):
+
+* resourceVersion / uid / creationTimestamp / generation stamping; generation bumps only on spec change;
+* 409 on a stale ``metadata.resourceVersion`` in merge patches and PUTs, 422 on a failed JSON-patch ``test``;
+* PUT; ``/status`` isolation (the main endpoint ignores status, ``/status`` ignores everything else);
+* ``generateName``; ``labelSelector`` (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``);
+  simple ``fieldSelector`` (dotted path ``=``/``!=``);
+* finalizers (``deletionTimestamp``, removal once finalizers are empty) and ownerReference cascade
+  (background policy, ``Orphan`` honoured); deleting a Namespace deletes its objects;
+* CR validation against the CRD ``openAPIV3Schema`` with jsonschema -> 422;
+* watches that honour ``resourceVersion`` (events after it; 410 Gone when too old) and ``timeoutSeconds``;
+* namespace paths parsed correctly (kmock 0.8 answers 500 on ``/api/v1/namespaces``);
+* no request history kept beyond a light :class:`JournalEntry` list (kmock's history makes it quadratic);
+* Pods get ``status.phase: Pending`` when created without status; Secrets' ``stringData`` folds into ``data``;
+* ``pods/exec`` over a WebSocket with the v5/v4 channel protocol, executed by an :data:`ExecHandler`
+  (:class:`LocalExec` runs argv as a local subprocess in a per-pod sandbox directory, with a per-pod tmux
+  server).
+
+Known gaps versus a real kube-apiserver: no defaulting/pruning/CEL, strategic merge behaves as JSON merge
+patch, no authentication/RBAC/admission, no controllers or kubelet (tests play the kubelet with
+:meth:`KubeEmulator.set_pod_phase`), no watch bookmarks, exec without TTY.
+
+All state lives on the event loop that called :meth:`KubeEmulator.start`; every mutation is synchronous
+code between awaits, so writes are atomic without locks.  Use the official (blocking) client from another
+thread (``asyncio.to_thread``) when the emulator runs on the same loop as the test.
+
+Example::
+
+    kube = KubeEmulator([pathlib.Path("crds/agentboxes.yaml")], exec_handler=LocalExec(root, sockets))
+    await kube.start()
+    kube.write_kubeconfig(tmp_path / "kubeconfig")
+    ...
+    await kube.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import bisect
+import copy
+import dataclasses
+import datetime
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import re
+import secrets as _secrets
+import shutil
+import string
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+import aiohttp
+import aiohttp.web
+import jsonpatch
+import jsonschema
+import kmock
+import yaml
+
+logger = logging.getLogger("agentbox.sim.kube")
+
+JsonObj = dict[str, Any]
+
+V5_PROTOCOL = "v5.channel.k8s.io"
+V4_PROTOCOL = "v4.channel.k8s.io"
+_CHANNEL_PROTOCOLS = (V5_PROTOCOL, V4_PROTOCOL)
+_STDIN, _STDOUT, _STDERR, _STATUS, _CLOSE = 0, 1, 2, 3, 255
+_FRAME_CHUNK = 64 * 1024
+
+
+# --------------------------------------------------------------------------------------------------------
+# Exec handlers
+# --------------------------------------------------------------------------------------------------------
+
+class ExecHandler(Protocol):
+    """Runs one exec request for the emulator.
+
+    Called as ``await handler(namespace, pod, container, argv, stdin)`` where ``stdin`` is the whole stdin
+    (``None`` if the client did not ask for stdin); returns ``(stdout: bytes, stderr: bytes, rc: int)``.
+    An optional ``release(namespace, pod) -> None`` method (sync) is called when a Pod is removed from
+    storage, to kill what "ran in the pod" (e.g. its tmux server).
+    """
+
+    def __call__(
+        self, namespace: str, pod: str, container: str, argv: list[str], stdin: bytes | None, /
+    ) -> Awaitable[tuple[bytes, bytes, int]]: ...
+
+
+class TmuxSockets:
+    """Maps ``(namespace, pod)`` to a tmux socket path under a short private dir (``/tmp/abx-XXXXXX/``).
+
+    Unix socket paths must stay below 108 bytes, so the directory lives directly in ``/tmp`` and long
+    names are hashed.  :meth:`close` kills every tmux server found there and removes the directory.
+    """
+
+    def __init__(self, base: pathlib.Path | None = None) -> None:
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="abx-", dir=str(base or "/tmp")))
+
+    def __call__(self, namespace: str, pod: str) -> pathlib.Path:
+        name = f"{namespace}.{pod}"
+        if len(str(self.dir / name)) + len(".sock") > 100:
+            name = hashlib.sha1(name.encode()).hexdigest()[:20]
+        return self.dir / f"{name}.sock"
+
+    def kill(self, socket: pathlib.Path) -> None:
+        """Kill the tmux server listening on ``socket`` (if any) and remove the socket file."""
+        if socket.exists():
+            subprocess.run(["tmux", "-S", str(socket), "kill-server"], capture_output=True, timeout=10,
+                           check=False, env=_tmux_env(os.environ))
+            socket.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Kill all tmux servers of this directory and remove it."""
+        if self.dir.exists():
+            for sock in self.dir.glob("*.sock"):
+                self.kill(sock)
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _tmux_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Drop the variables that would tie a child tmux to an outer tmux session."""
+    return {k: v for k, v in env.items() if k not in ("TMUX", "TMUX_PANE")}
+
+
+class LocalExec:
+    """Default :class:`ExecHandler`: runs argv as a local subprocess (no shell) in a per-pod sandbox.
+
+    * ``cwd`` is ``sandbox_root/<namespace>/<pod>`` (created on first use);
+    * when ``argv[0] == "tmux"``, ``-S <tmux_socket_for(namespace, pod)>`` is inserted after it, so every
+      pod owns its own tmux server;
+    * a missing executable answers rc 127 (126 if not executable) with the reason in stderr, like a runtime;
+    * a command running longer than ``timeout`` seconds is killed and answers rc 137.
+
+    ``calls`` counts the executions; :meth:`release` (called by the emulator when a Pod is removed) kills
+    the pod's tmux server and deletes its sandbox directory, as a kubelet would.
+    """
+
+    def __init__(
+        self,
+        sandbox_root: pathlib.Path,
+        tmux_socket_for: Callable[[str, str], pathlib.Path],
+        *,
+        timeout: float = 30.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.sandbox_root = pathlib.Path(sandbox_root)
+        self.tmux_socket_for = tmux_socket_for
+        self.timeout = timeout
+        self.env = dict(env) if env is not None else None
+        self.calls = 0
+
+    def workdir(self, namespace: str, pod: str) -> pathlib.Path:
+        """The directory standing for the pod's filesystem: ``sandbox_root/namespace/pod``."""
+        return self.sandbox_root / namespace / pod
+
+    def rewrite_argv(self, namespace: str, pod: str, argv: list[str]) -> list[str]:
+        """Return the argv actually run (``tmux`` gets ``-S <socket>``)."""
+        if argv and argv[0] == "tmux":
+            return ["tmux", "-S", str(self.tmux_socket_for(namespace, pod)), *argv[1:]]
+        return list(argv)
+
+    async def __call__(
+        self, namespace: str, pod: str, container: str, argv: list[str], stdin: bytes | None
+    ) -> tuple[bytes, bytes, int]:
+        self.calls += 1
+        if not argv:
+            return b"", b"exec: no command given\n", 126
+        cwd = self.workdir(namespace, pod)
+        cwd.mkdir(parents=True, exist_ok=True)
+        real_argv = self.rewrite_argv(namespace, pod, argv)
+        env = _tmux_env(self.env if self.env is not None else os.environ)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *real_argv,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=str(cwd),
+                env=env,
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            return b"", f'exec: "{argv[0]}": executable file not found in $PATH\n'.encode(), 127
+        except PermissionError:
+            return b"", f'exec: "{argv[0]}": permission denied\n'.encode(), 126
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(stdin), self.timeout)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return b"", f"exec: killed after {self.timeout}s\n".encode(), 137
+        rc = proc.returncode if proc.returncode is not None else 1
+        return out, err, rc if rc >= 0 else 128 - rc
+
+    def release(self, namespace: str, pod: str) -> None:
+        """The pod is gone: kill its tmux server and remove its sandbox directory."""
+        socket = self.tmux_socket_for(namespace, pod)
+        if socket.exists():
+            subprocess.run(["tmux", "-S", str(socket), "kill-server"], capture_output=True, timeout=10,
+                           check=False, env=_tmux_env(os.environ))
+            socket.unlink(missing_ok=True)
+        shutil.rmtree(self.workdir(namespace, pod), ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class JournalEntry:
+    """One HTTP request served: ``method`` ("GET"), ``path`` ("/api/v1/namespaces/default/pods"),
+    ``query`` (raw query string, "" if none), ``content_type`` ("" if none), ``status`` (HTTP status;
+    200 as soon as a watch stream starts), ``user_agent``."""
+
+    method: str
+    path: str
+    query: str
+    content_type: str
+    status: int | None = None
+    user_agent: str = ""
+
+    @property
+    def params(self) -> dict[str, list[str]]:
+        """The query string parsed: ``{"watch": ["true"], ...}``."""
+        from urllib.parse import parse_qs
+        return parse_qs(self.query, keep_blank_values=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecRecord:
+    """One exec call: where, what (argv as requested, before any rewrite), the protocol and the rc."""
+
+    namespace: str
+    pod: str
+    container: str
+    argv: tuple[str, ...]
+    rc: int
+    protocol: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Path:
+    group: str
+    version: str
+    plural: str
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+def _parse_path(path: str) -> _Path | None:
+    """Parse a resource path; ``None`` for discovery and anything that is not below a resource.
+
+    Unlike kmock 0.8, handles ``/api/v1/namespaces``, ``/api/v1/namespaces/{name}`` and
+    ``/api/v1/namespaces/{name}/status|finalize`` as the cluster-scoped Namespace resource.
+    """
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 3 and parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif len(parts) >= 4 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    namespace: str | None = None
+    is_ns_sub = group == "" and len(rest) == 3 and rest[0] == "namespaces" and rest[2] in ("status", "finalize")
+    if rest[0] == "namespaces" and len(rest) >= 3 and not is_ns_sub:
+        namespace, rest = rest[1], rest[2:]
+    plural = rest[0]
+    name = rest[1] if len(rest) > 1 else None
+    sub = "/".join(rest[2:]) or None
+    return _Path(group, version, plural, namespace, name, sub)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Errors (rendered as metav1.Status)
+# --------------------------------------------------------------------------------------------------------
+
+class ApiError(Exception):
+    """An intended API error, rendered as a ``Status`` object with the given HTTP ``code``."""
+
+    def __init__(self, code: int, reason: str, message: str, details: JsonObj | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+    def response(self) -> aiohttp.web.Response:
+        body: JsonObj = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                         "message": self.message, "reason": self.reason, "code": self.code}
+        if self.details is not None:
+            body["details"] = self.details
+        return aiohttp.web.json_response(body, status=self.code)
+
+
+def _qualified(res: kmock.resource) -> str:
+    return f"{res.plural}.{res.group}" if res.group else str(res.plural)
+
+
+def _not_found(res: kmock.resource, name: str) -> ApiError:
+    return ApiError(404, "NotFound", f'{_qualified(res)} "{name}" not found',
+                    {"name": name, "group": res.group, "kind": res.plural})
+
+
+def _conflict(res: kmock.resource, name: str) -> ApiError:
+    return ApiError(409, "Conflict",
+                    f'Operation cannot be fulfilled on {_qualified(res)} "{name}": the object has been '
+                    "modified; please apply your changes to the latest version and try again",
+                    {"name": name, "group": res.group, "kind": res.plural})
+
+
+# --------------------------------------------------------------------------------------------------------
+# Selectors
+# --------------------------------------------------------------------------------------------------------
+
+_LABEL_TERM = re.compile(
+    r"""^\s*(?:
+        !\s*(?P<notkey>[^\s!=,()]+)
+      | (?P<key>[^\s!=,()]+)\s*(?:
+            (?P<op>==|=|!=)\s*(?P<val>[^\s,()!=]*)
+          | \s+(?P<setop>in|notin)\s*\((?P<vals>[^()]*)\)
+        )?
+    )\s*$""",
+    re.VERBOSE,
+)
+
+
+def _split_terms(selector: str) -> list[str]:
+    """Split on commas outside parentheses: ``"a in (x,y),b=c"`` -> ``["a in (x,y)", "b=c"]``."""
+    terms, depth, cur = [], 0, ""
+    for ch in selector:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            terms.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    terms.append(cur)
+    return [t for t in terms if t.strip()]
+
+
+def parse_label_selector(selector: str | None) -> Callable[[Mapping[str, str]], bool]:
+    """Compile a Kubernetes label selector into a predicate over a labels dict.
+
+    Supports ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``, ``k`` and ``!k``.
+    Raises :class:`ApiError` (400) on syntax errors.
+    """
+    if not selector or not selector.strip():
+        return lambda labels: True
+    checks: list[Callable[[Mapping[str, str]], bool]] = []
+    for term in _split_terms(selector):
+        m = _LABEL_TERM.match(term)
+        if not m:
+            raise ApiError(400, "BadRequest", f"unable to parse requirement: {term!r}")
+        if m["notkey"]:
+            checks.append(lambda lb, k=m["notkey"]: k not in lb)
+        elif m["op"] in ("=", "=="):
+            checks.append(lambda lb, k=m["key"], v=m["val"]: lb.get(k) == v)
+        elif m["op"] == "!=":
+            checks.append(lambda lb, k=m["key"], v=m["val"]: lb.get(k) != v)
+        elif m["setop"]:
+            vals = frozenset(v.strip() for v in m["vals"].split(",") if v.strip())
+            if m["setop"] == "in":
+                checks.append(lambda lb, k=m["key"], vs=vals: k in lb and lb[k] in vs)
+            else:
+                checks.append(lambda lb, k=m["key"], vs=vals: lb.get(k) not in vs)
+        else:
+            checks.append(lambda lb, k=m["key"]: k in lb)
+    return lambda labels: all(check(labels) for check in checks)
+
+
+def parse_field_selector(selector: str | None) -> Callable[[JsonObj], bool]:
+    """Compile a field selector (``metadata.name=x,status.phase!=Running``) into an object predicate."""
+    if not selector or not selector.strip():
+        return lambda obj: True
+    checks: list[Callable[[JsonObj], bool]] = []
+    for term in _split_terms(selector):
+        m = re.match(r"^\s*([\w.\-/]+)\s*(==|=|!=)\s*(.*?)\s*$", term)
+        if not m:
+            raise ApiError(400, "BadRequest", f"invalid field selector: {term!r}")
+        path, op, val = m.groups()
+
+        def check(obj: JsonObj, path: str = path, op: str = op, val: str = val) -> bool:
+            cur: Any = obj
+            for part in path.split("."):
+                cur = cur.get(part) if isinstance(cur, dict) else None
+            actual = "" if cur is None else str(cur)
+            return actual == val if op != "!=" else actual != val
+        checks.append(check)
+    return lambda obj: all(check(obj) for check in checks)
+
+
+def _labels(obj: JsonObj) -> Mapping[str, str]:
+    return obj.get("metadata", {}).get("labels") or {}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Schemas
+# --------------------------------------------------------------------------------------------------------
+
+def _openapi_to_jsonschema(node: Any) -> Any:
+    """Translate the OpenAPI v3 flavour of a CRD schema to JSON Schema (draft 4) where it differs:
+    ``nullable: true`` allows null; ``x-kubernetes-int-or-string`` allows integer or string."""
+    if isinstance(node, list):
+        return [_openapi_to_jsonschema(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _openapi_to_jsonschema(v) for k, v in node.items() if not k.startswith("x-kubernetes-")}
+    out.pop("nullable", None)
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if node.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"] if isinstance(out["type"], str) else [*out["type"], "null"]
+        if "enum" in out:
+            out["enum"] = [*out["enum"], None]
+    return out
+
+
+def _json_path(path: Iterable[Any]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "<root>"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (also used for strategic merge patches: a known gap)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge_patch(result.get(key), value)
+    return result
+
+
+# --------------------------------------------------------------------------------------------------------
+# The emulator
+# --------------------------------------------------------------------------------------------------------
+
+_Key = tuple[kmock.resource, str, str]  # (resource, namespace or "", name)
+_MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+class KubeEmulator:
+    """A Kubernetes API server emulator served over real HTTP on ``127.0.0.1:<random port>``.
+
+    :param crd_paths: CRD YAML files (multi-document allowed); each served version is registered for
+        discovery (verbs incl. list/watch/patch; ``status``/``scale`` subresources as declared), stored as
+        an ``apiextensions.k8s.io/v1`` object, and its ``openAPIV3Schema`` validates CRs (422).
+    :param exec_handler: runs ``pods/exec`` commands; ``None`` makes exec answer 400 after the pod check.
+    :param namespaces: Namespaces seeded at construction (kopf with ``--namespace`` needs them to exist).
+    :param require_running: exec into a Pod whose ``status.phase`` is not ``Running`` answers 400, as on a
+        real cluster; tests play the kubelet with :meth:`set_pod_phase`.
+    :param event_log_size: watch events kept for resuming watches by resourceVersion (older -> 410 Gone).
+
+    Attributes: ``url`` (``http://127.0.0.1:PORT``, after :meth:`start`), ``journal`` (every request as a
+    :class:`JournalEntry`), ``exec_journal`` (:class:`ExecRecord` per exec), ``server_errors`` (unexpected
+    exceptions that answered 500; tests should assert it stays empty), ``discovery`` (the kmock scaffold;
+    ``discovery.resources`` is the served catalogue).
+    """
+
+    def __init__(
+        self,
+        crd_paths: Iterable[pathlib.Path] = (),
+        exec_handler: ExecHandler | None = None,
+        namespaces: Iterable[str] = ("default",),
+        *,
+        require_running: bool = True,
+        event_log_size: int = 5000,
+    ) -> None:
+        self.exec_handler = exec_handler
+        self.require_running = require_running
+        self.journal: list[JournalEntry] = []
+        self.exec_journal: list[ExecRecord] = []
+        self.server_errors: list[BaseException] = []
+        self.discovery = kmock.KubernetesScaffold()
+        self.discovery.resources.load_bundled()
+        self._store: dict[_Key, JsonObj] = {}
+        self._schemas: dict[kmock.resource, jsonschema.protocols.Validator] = {}
+        self._custom: set[kmock.resource] = set()
+        self._rv = 0
+        self._events: list[tuple[int, kmock.resource, str, JsonObj]] = []
+        self._event_rvs: list[int] = []
+        self._events_floor = 0  # events with rv <= floor have been trimmed
+        self._event_log_size = event_log_size
+        self._changed = asyncio.Event()
+        self._stopping = False
+        self._runner: aiohttp.web.ServerRunner | None = None
+        self._port: int | None = None
+        self._crd_res = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        self._ns_res = kmock.resource("", "v1", "namespaces")
+        self._pod_res = kmock.resource("", "v1", "pods")
+        for path in crd_paths:
+            for doc in yaml.safe_load_all(pathlib.Path(path).read_text()):
+                if doc and doc.get("kind") == "CustomResourceDefinition":
+                    self.add_crd(doc)
+        for ns in namespaces:
+            self._create(self._ns_res, None, {"metadata": {"name": ns}}, internal=True)
+
+    # ---------------------------------------------------------------------------------- lifecycle
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` (only after :meth:`start`)."""
+        if self._port is None:
+            raise RuntimeError("the emulator is not started")
+        return f"http://127.0.0.1:{self._port}"
+
+    async def start(self) -> None:
+        """Start serving on 127.0.0.1 on a random free port."""
+        await self.discovery.__aenter__()
+        server = aiohttp.web.Server(self._serve_http)
+        self._runner = aiohttp.web.ServerRunner(server, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = aiohttp.web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        """End all watch streams and stop serving (idempotent)."""
+        self._stopping = True
+        self._notify()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+            await self.discovery.__aexit__(None, None, None)
+
+    async def __aenter__(self) -> KubeEmulator:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def write_kubeconfig(self, path: pathlib.Path, *, namespace: str = "default") -> pathlib.Path:
+        """Write a kubeconfig (no auth) pointing at :attr:`url`; returns ``path``."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
+            "users": [{"name": "emulator", "user": {}}],
+            "contexts": [{"name": "emulator",
+                          "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace}}],
+            "current-context": "emulator",
+        }
+        path = pathlib.Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    # ---------------------------------------------------------------------------------- CRDs
+
+    def add_crd(self, crd: JsonObj) -> None:
+        """Register a CRD document (``apiextensions.k8s.io/v1``) for discovery, storage and validation."""
+        spec = crd["spec"]
+        group, names = spec["group"], spec["names"]
+        namespaced = spec.get("scope", "Namespaced") == "Namespaced"
+        for version in spec.get("versions", []):
+            if not version.get("served", True):
+                continue
+            res = kmock.resource(group, version["name"], names["plural"])
+            subresources = set((version.get("subresources") or {}).keys())
+            self.discovery.resources[res] = kmock.ResourceInfo(
+                namespaced=namespaced,
+                kind=names["kind"],
+                singular=names.get("singular", names["kind"].lower()),
+                verbs={"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"},
+                shortnames=names.get("shortNames", []),
+                categories=names.get("categories", []),
+                subresources=subresources,
+            )
+            self._custom.add(res)
+            schema = ((version.get("schema") or {}).get("openAPIV3Schema"))
+            if schema:
+                self._schemas[res] = jsonschema.Draft4Validator(_openapi_to_jsonschema(schema))
+        stored = copy.deepcopy(crd)
+        stored.setdefault("status", {
+            "acceptedNames": names,
+            "storedVersions": [v["name"] for v in spec.get("versions", []) if v.get("storage")],
+            "conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                            "message": "the initial names have been accepted",
+                            "lastTransitionTime": _now()}],
+        })
+        key = (self._crd_res, "", crd["metadata"]["name"])
+        if key not in self._store:
+            self._create(self._crd_res, None, stored, internal=True)
+
+    # ---------------------------------------------------------------------------------- storage helpers
+
+    def resource(self, spec: str | kmock.resource) -> kmock.resource:
+        """Resolve ``"v1/pods"``, ``"pods"``, ``"agentbox.dev/v1alpha1/agentboxes"``, ``"agentboxes"`` or a
+        :class:`kmock.resource` to the one served resource (core wins on ambiguity). Raises ``KeyError``."""
+        pattern = spec if isinstance(spec, kmock.resource) else kmock.resource(spec)
+        matches = [r for r in self.discovery.resources if pattern.check(r)]
+        if len(matches) > 1:
+            matches = [r for r in matches if r.group == ""] or [r for r in matches if r in self._custom]
+        if len(matches) != 1:
+            raise KeyError(f"no single served resource matches {spec!r}: {matches}")
+        return matches[0]
+
+    def get(self, resource: str | kmock.resource, namespace: str | None, name: str) -> JsonObj | None:
+        """A deep copy of the stored object, or ``None``. ``namespace=None`` for cluster-scoped objects."""
+        obj = self._store.get((self.resource(resource), namespace or "", name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def objects(
+        self, resource: str | kmock.resource, namespace: str | None = None, *, label_selector: str | None = None
+    ) -> list[JsonObj]:
+        """Deep copies of the stored objects of a resource (all namespaces if ``namespace`` is None)."""
+        res = self.resource(resource)
+        match = parse_label_selector(label_selector)
+        return [copy.deepcopy(obj) for (r, ns, _), obj in self._store.items()
+                if r == res and (namespace is None or ns == namespace) and match(_labels(obj))]
+
+    @property
+    def resource_version(self) -> int:
+        """The last resourceVersion issued."""
+        return self._rv
+
+    async def create_object(self, resource: str | kmock.resource, body: JsonObj) -> JsonObj:
+        """Store an object as "the system" (kubelet, another controller): like POST, but ``status`` is kept
+        even where a status subresource exists. Validation, stamping and watch events as usual."""
+        res = self.resource(resource)
+        ns = body.get("metadata", {}).get("namespace") if self._info(res).namespaced else None
+        return self._create(res, ns, body, internal=True)
+
+    async def patch_object(
+        self, resource: str | kmock.resource, namespace: str | None, name: str, patch: JsonObj
+    ) -> JsonObj:
+        """Merge-patch the whole object (spec and status alike) as "the system"; returns the new state."""
+        res = self.resource(resource)
+        key = (res, namespace or "", name)
+        current = self._store.get(key)
+        if current is None:
+            raise _not_found(res, name)
+        return self._update(res, key, _merge_patch(current, patch), subresource=None, internal=True)
+
+    async def delete_object(self, resource: str | kmock.resource, namespace: str | None, name: str) -> None:
+        """Delete as a client would (finalizers respected, cascade to owned objects)."""
+        res = self.resource(resource)
+        self._delete(res, (res, namespace or "", name), {})
+
+    async def set_pod_phase(self, namespace: str, name: str, phase: str = "Running") -> JsonObj:
+        """Play the kubelet: set ``status.phase`` and the ``Ready`` condition of a Pod."""
+        ready = "True" if phase == "Running" else "False"
+        return await self.patch_object(self._pod_res, namespace, name, {"status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": _now()}],
+        }})
+
+    async def wait_for(
+        self,
+        resource: str | kmock.resource,
+        namespace: str | None,
+        name: str,
+        predicate: Callable[[JsonObj | None], bool],
+        timeout: float = 5.0,
+    ) -> JsonObj | None:
+        """Wait (without polling sleeps) until ``predicate(stored object or None)`` is true; return it.
+
+        Raises ``TimeoutError`` with the last seen state after ``timeout`` seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            changed = self._changed
+            obj = self.get(resource, namespace, name)
+            if predicate(obj):
+                return obj
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"condition not met for {resource} {namespace}/{name}; last state: {obj}")
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    # ---------------------------------------------------------------------------------- HTTP entry
+
+    async def _serve_http(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        entry = JournalEntry(raw.method, raw.path, raw.query_string,
+                             raw.headers.get("Content-Type", ""), None, raw.headers.get("User-Agent", ""))
+        self.journal.append(entry)
+        try:
+            response = await self._route(raw, entry)
+        except ApiError as exc:
+            response = exc.response()
+        except Exception as exc:  # a bug of the emulator: answer 500, and keep it for the test to see
+            logger.exception("emulator failure on %s %s", raw.method, raw.path)
+            self.server_errors.append(exc)
+            response = ApiError(500, "InternalError", f"emulator failure: {exc!r}").response()
+        if entry.status is None:
+            entry.status = response.status
+        return response
+
+    def _info(self, res: kmock.resource) -> kmock.ResourceInfo:
+        return self.discovery.resources[res]
+
+    async def _route(self, raw: aiohttp.web.BaseRequest, entry: JournalEntry) -> aiohttp.web.StreamResponse:
+        p = _parse_path(raw.path)
+        if p is None:  # discovery: kmock's scaffold
+            response = await self.discovery(raw)
+            self.discovery._requests.clear()  # no history: kmock matches against it (quadratic)
+            errors = self.discovery.errors
+            for err in errors:
+                if not isinstance(err, kmock.KubernetesError) or err.status >= 500:
+                    self.server_errors.append(err)
+            errors.clear()
+            return response
+        res = kmock.resource(p.group, p.version, p.plural)
+        if res not in self.discovery.resources:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        info = self._info(res)
+        if res == self._pod_res and p.subresource == "exec" and p.name:
+            return await self._serve_exec(raw, p.namespace or "", p.name)
+        if p.subresource not in (None, "status") or (p.subresource == "status" and "status" not in info.subresources):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if (info.namespaced and p.name is not None and p.namespace is None) or (
+                not info.namespaced and p.namespace is not None):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        query = raw.query
+        method = raw.method.upper()
+        if method == "GET":
+            if query.get("watch") in ("true", "1"):
+                return await self._serve_watch(raw, entry, res, p)
+            if p.name is None:
+                return self._serve_list(res, p.namespace, query)
+            obj = self._store.get((res, p.namespace or "", p.name))
+            if obj is None:
+                raise _not_found(res, p.name)
+            return aiohttp.web.json_response(obj)
+        body = await self._read_body(raw)
+        if method == "POST" and p.name is None:
+            if not isinstance(body, dict):
+                raise ApiError(400, "BadRequest", "the body of the request was not a JSON object")
+            return aiohttp.web.json_response(self._create(res, p.namespace, body), status=201)
+        if method == "PUT" and p.name is not None:
+            return aiohttp.web.json_response(self._put(res, p, body))
+        if method == "PATCH" and p.name is not None:
+            return aiohttp.web.json_response(self._patch(res, p, raw.content_type, body))
+        if method == "DELETE" and p.name is not None and p.subresource is None:
+            key = (res, p.namespace or "", p.name)
+            return aiohttp.web.json_response(self._delete(res, key, body if isinstance(body, dict) else {}))
+        raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource")
+
+    @staticmethod
+    async def _read_body(raw: aiohttp.web.BaseRequest) -> Any:
+        data = await raw.read()
+        if not data:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise ApiError(400, "BadRequest", "the body of the request is not valid JSON") from None
+
+    # ---------------------------------------------------------------------------------- reads
+
+    def _matching(self, res: kmock.resource, namespace: str | None, query: Mapping[str, str],
+                  name: str | None = None) -> Callable[[JsonObj], bool]:
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"))
+
+        def match(obj: JsonObj) -> bool:
+            meta = obj.get("metadata", {})
+            return ((namespace is None or meta.get("namespace", "") == namespace)
+                    and (name is None or meta.get("name") == name)
+                    and labels(_labels(obj)) and fields(obj))
+        return match
+
+    def _serve_list(self, res: kmock.resource, namespace: str | None, query: Mapping[str, str]) -> aiohttp.web.Response:
+        match = self._matching(res, namespace, query)
+        items = [obj for (r, _, _), obj in self._store.items() if r == res and match(obj)]
+        return aiohttp.web.json_response({
+            "apiVersion": f"{res.group}/{res.version}" if res.group else res.version,
+            "kind": f"{self._info(res).kind}List",
+            "metadata": {"resourceVersion": str(self._rv)},
+            "items": items,
+        })
+
+    async def _serve_watch(self, raw: aiohttp.web.BaseRequest, entry: JournalEntry, res: kmock.resource,
+                           p: _Path) -> aiohttp.web.StreamResponse:
+        query = raw.query
+        match = self._matching(res, p.namespace, query, name=p.name)
+        timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
+        rv_param = query.get("resourceVersion")
+        response = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(raw)
+        entry.status = 200
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout is not None else None
+        try:
+            if rv_param in (None, "", "0"):
+                cursor = self._rv
+                initial = [obj for (r, _, _), obj in self._store.items() if r == res and match(obj)]
+                for obj in initial:
+                    await response.write(json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n")
+            else:
+                cursor = int(rv_param) if rv_param.isdigit() else 0
+                if cursor < self._events_floor:
+                    gone = {"type": "ERROR", "object": {
+                        "apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                        "message": f"too old resource version: {cursor} ({self._events_floor})",
+                        "reason": "Expired", "code": 410}}
+                    await response.write(json.dumps(gone).encode() + b"\n")
+                    return response
+            while not self._stopping:
+                changed = self._changed
+                start = bisect.bisect_right(self._event_rvs, cursor)
+                if start == 0 and cursor < self._events_floor:
+                    break  # fell behind the trimmed log: let the client re-list
+                batch = self._events[start:]
+                for rv, r, etype, obj in batch:
+                    cursor = rv
+                    if r == res and match(obj):
+                        await response.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+                if batch:
+                    continue
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(changed.wait(), remaining)
+                except TimeoutError:
+                    break
+            await response.write_eof()
+        except (ConnectionError, aiohttp.ClientConnectionResetError, asyncio.CancelledError):
+            pass
+        return response
+
+    # ---------------------------------------------------------------------------------- writes
+
+    def _emit(self, res: kmock.resource, etype: str, obj: JsonObj) -> None:
+        self._events.append((self._rv, res, etype, copy.deepcopy(obj)))
+        self._event_rvs.append(self._rv)
+        if len(self._events) > 2 * self._event_log_size:
+            cut = len(self._events) - self._event_log_size
+            self._events_floor = self._event_rvs[cut - 1]
+            del self._events[:cut]
+            del self._event_rvs[:cut]
+        self._notify()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _validate(self, res: kmock.resource, obj: JsonObj) -> None:
+        validator = self._schemas.get(res)
+        if validator is None:
+            return
+        errors = sorted(validator.iter_errors(obj), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+        if not errors:
+            return
+        info = self._info(res)
+        name = obj.get("metadata", {}).get("name", "")
+        causes = [{"reason": "FieldValueInvalid", "message": f"Invalid value: {e.message}",
+                   "field": _json_path(e.absolute_path)} for e in errors]
+        text = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
+        raise ApiError(422, "Invalid", f'{info.kind}.{res.group} "{name}" is invalid: {text}',
+                       {"name": name, "group": res.group, "kind": info.kind, "causes": causes})
+
+    def _normalize(self, res: kmock.resource, obj: JsonObj) -> None:
+        """Type-specific server-side rewrites (what apiserver strategies do)."""
+        if res.group == "" and res.plural == "secrets":
+            string_data = obj.pop("stringData", None)
+            if string_data:
+                data = dict(obj.get("data") or {})
+                for k, v in string_data.items():
+                    data[k] = base64.b64encode(str(v).encode()).decode()
+                obj["data"] = data
+
+    def _create(self, res: kmock.resource, namespace: str | None, body: JsonObj, *, internal: bool = False) -> JsonObj:
+        info = self._info(res)
+        obj = copy.deepcopy(body)
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            meta = obj["metadata"] = {}
+        if info.namespaced:
+            ns = namespace or meta.get("namespace")
+            if not ns:
+                raise ApiError(400, "BadRequest", "the namespace of the object is required")
+            if namespace and meta.get("namespace") and meta["namespace"] != namespace:
+                raise ApiError(400, "BadRequest", "the namespace of the provided object does not match "
+                                                  "the namespace sent on the request")
+            if (self._ns_res, "", ns) not in self._store:
+                raise ApiError(404, "NotFound", f'namespaces "{ns}" not found',
+                               {"name": ns, "kind": "namespaces"})
+            meta["namespace"] = ns
+        else:
+            ns = ""
+            meta.pop("namespace", None)
+        name = meta.get("name")
+        if not name and meta.get("generateName"):
+            alphabet = string.ascii_lowercase + string.digits
+            while True:
+                name = meta["generateName"] + "".join(_secrets.choice(alphabet) for _ in range(5))
+                if (res, ns, name) not in self._store:
+                    break
+        if not name:
+            raise ApiError(422, "Invalid", f"{info.kind} is invalid: metadata.name: Required value: "
+                                           "name or generateName is required")
+        meta["name"] = name
+        key = (res, ns, name)
+        if key in self._store:
+            raise ApiError(409, "AlreadyExists", f'{_qualified(res)} "{name}" already exists',
+                           {"name": name, "group": res.group, "kind": res.plural})
+        obj["apiVersion"] = f"{res.group}/{res.version}" if res.group else res.version
+        obj["kind"] = info.kind
+        if not internal and res in self._custom and "status" in info.subresources:
+            obj.pop("status", None)  # a CR's status is written through /status only
+        if res == self._pod_res and not obj.get("status"):
+            obj["status"] = {"phase": "Pending"}
+        if res == self._ns_res and not obj.get("status"):
+            obj["status"] = {"phase": "Active"}
+        self._normalize(res, obj)
+        for k in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(k, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = _now()
+        meta["generation"] = 1
+        self._validate(res, obj)
+        meta["resourceVersion"] = self._next_rv()
+        self._store[key] = obj
+        self._emit(res, "ADDED", obj)
+        return obj
+
+    def _put(self, res: kmock.resource, p: _Path, body: Any) -> JsonObj:
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the body of the request was not a JSON object")
+        key = (res, p.namespace or "", p.name or "")
+        current = self._store.get(key)
+        if current is None:
+            raise _not_found(res, key[2])
+        meta = body.get("metadata") or {}
+        if meta.get("name") not in (None, key[2]):
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        rv = meta.get("resourceVersion")
+        if rv not in (None, "") and str(rv) != current["metadata"]["resourceVersion"]:
+            raise _conflict(res, key[2])
+        return self._update(res, key, body, subresource=p.subresource)
+
+    def _patch(self, res: kmock.resource, p: _Path, content_type: str, body: Any) -> JsonObj:
+        key = (res, p.namespace or "", p.name or "")
+        current = self._store.get(key)
+        if current is None:
+            raise _not_found(res, key[2])
+        if content_type == "application/json-patch+json":
+            if not isinstance(body, list):
+                raise ApiError(400, "BadRequest", "a JSON patch must be a list of operations")
+            try:
+                new = jsonpatch.JsonPatch(body).apply(copy.deepcopy(current))
+            except jsonpatch.JsonPatchTestFailed as exc:
+                raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our "
+                                               f"request: test operation failed: {exc}") from None
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our "
+                                               f"request: {exc}") from None
+        elif content_type in _MERGE_TYPES:
+            if not isinstance(body, dict):
+                raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+            rv = (body.get("metadata") or {}).get("resourceVersion")
+            if rv not in (None, "") and str(rv) != current["metadata"]["resourceVersion"]:
+                raise _conflict(res, key[2])
+            new = _merge_patch(current, body)
+        else:
+            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
+                                                        f"accepted media types include: application/json-patch+json, "
+                                                        f"application/merge-patch+json, "
+                                                        f"application/strategic-merge-patch+json")
+        if not isinstance(new, dict):
+            raise ApiError(422, "Invalid", "the patched object is not a JSON object")
+        return self._update(res, key, new, subresource=p.subresource)
+
+    def _update(self, res: kmock.resource, key: _Key, new: JsonObj, *, subresource: str | None,
+                internal: bool = False) -> JsonObj:
+        """Commit a full new state of an existing object with the apiserver's rules (see module doc)."""
+        info = self._info(res)
+        current = self._store[key]
+        if subresource == "status":
+            result = copy.deepcopy(current)
+            if "status" in new:
+                result["status"] = copy.deepcopy(new["status"])
+            else:
+                result.pop("status", None)
+        else:
+            result = copy.deepcopy(new)
+            if not internal and "status" in info.subresources:
+                if "status" in current:
+                    result["status"] = copy.deepcopy(current["status"])
+                else:
+                    result.pop("status", None)
+        meta = result.get("metadata")
+        if not isinstance(meta, dict):
+            meta = result["metadata"] = {}
+        cmeta = current["metadata"]
+        for k in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
+                  "deletionGracePeriodSeconds", "generation", "resourceVersion"):
+            if k in cmeta:
+                meta[k] = cmeta[k]
+            else:
+                meta.pop(k, None)
+        result["apiVersion"], result["kind"] = current["apiVersion"], current["kind"]
+        self._normalize(res, result)
+        if cmeta.get("deletionTimestamp"):
+            added = set(meta.get("finalizers") or []) - set(cmeta.get("finalizers") or [])
+            if added:
+                raise ApiError(422, "Invalid", f'{info.kind} "{key[2]}" is invalid: metadata.finalizers: '
+                                               f"Forbidden: no new finalizers can be added if the object is being deleted")
+        if not meta.get("finalizers"):
+            meta.pop("finalizers", None)
+        if result.get("spec") != current.get("spec"):
+            meta["generation"] = int(cmeta.get("generation", 1)) + 1
+        if result == current:
+            return current  # a no-op write does not bump the resourceVersion
+        self._validate(res, result)
+        meta["resourceVersion"] = self._next_rv()
+        self._store[key] = result
+        self._emit(res, "MODIFIED", result)
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self._remove(res, key)
+        return result
+
+    def _delete(self, res: kmock.resource, key: _Key, options: JsonObj) -> JsonObj:
+        current = self._store.get(key)
+        if current is None:
+            raise _not_found(res, key[2])
+        pre = options.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
+            raise _conflict(res, key[2])
+        if pre.get("resourceVersion") and str(pre["resourceVersion"]) != current["metadata"]["resourceVersion"]:
+            raise _conflict(res, key[2])
+        orphan = options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents") is True
+        if current["metadata"].get("finalizers"):
+            if current["metadata"].get("deletionTimestamp"):
+                return current
+            marked = copy.deepcopy(current)
+            marked["metadata"]["deletionTimestamp"] = _now()
+            marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            marked["metadata"]["resourceVersion"] = self._next_rv()
+            self._store[key] = marked
+            self._emit(res, "MODIFIED", marked)
+            return marked
+        return self._remove(res, key, cascade=not orphan)
+
+    def _remove(self, res: kmock.resource, key: _Key, *, cascade: bool = True) -> JsonObj:
+        obj = self._store.pop(key)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._emit(res, "DELETED", obj)
+        if res == self._pod_res and self.exec_handler is not None:
+            release = getattr(self.exec_handler, "release", None)
+            if release is not None:
+                release(key[1], key[2])
+        if cascade:
+            self._collect_garbage(obj, namespace_gone=key[2] if res == self._ns_res else None)
+        return obj
+
+    def _collect_garbage(self, owner: JsonObj, namespace_gone: str | None) -> None:
+        """Delete dependents whose owners are all gone (background GC), and a deleted namespace's objects."""
+        live_uids = {o["metadata"]["uid"] for o in self._store.values()}
+        victims: list[_Key] = []
+        for key, obj in self._store.items():
+            if namespace_gone is not None and key[1] == namespace_gone:
+                victims.append(key)
+                continue
+            refs = obj["metadata"].get("ownerReferences") or []
+            owners = {ref.get("uid") for ref in refs}
+            if owner["metadata"]["uid"] in owners and not (owners & live_uids):
+                victims.append(key)
+        for key in victims:
+            if key in self._store:
+                self._delete(key[0], key, {})
+
+    # ---------------------------------------------------------------------------------- exec
+
+    async def _serve_exec(self, raw: aiohttp.web.BaseRequest, namespace: str, name: str) -> aiohttp.web.StreamResponse:
+        pod = self._store.get((self._pod_res, namespace, name))
+        if pod is None:
+            raise _not_found(self._pod_res, name)
+        argv = list(raw.query.getall("command", []))
+        if not argv:
+            raise ApiError(400, "BadRequest", "you must specify at least 1 command")
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        container = raw.query.get("container") or (names[0] if names else "")
+        if names and container not in names:
+            raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
+        phase = (pod.get("status") or {}).get("phase")
+        if self.require_running and phase != "Running":
+            raise ApiError(400, "BadRequest", f"unable to upgrade connection: pod {name} is not running "
+                                              f"(phase {phase})")
+        if self.exec_handler is None:
+            raise ApiError(400, "BadRequest", "exec is not configured in this emulator")
+        if raw.headers.get("Upgrade", "").lower() != "websocket":
+            raise ApiError(400, "BadRequest", "Upgrade request required")
+        ws = aiohttp.web.WebSocketResponse(protocols=_CHANNEL_PROTOCOLS)
+        await ws.prepare(raw)
+        protocol = ws.ws_protocol or ""
+        want_stdin = raw.query.get("stdin") in ("true", "1")
+        stdin = await self._read_stdin(ws, protocol) if want_stdin else None
+        try:
+            out, err, rc = await self.exec_handler(namespace, name, container, argv, stdin)
+        except Exception as exc:
+            logger.exception("exec handler failed")
+            out, err, rc = b"", f"exec handler failed: {exc!r}\n".encode(), 126
+        self.exec_journal.append(ExecRecord(namespace, name, container, tuple(argv), rc, protocol))
+        try:
+            for channel, data in ((_STDOUT, out), (_STDERR, err)):
+                for i in range(0, len(data), _FRAME_CHUNK):
+                    await ws.send_bytes(bytes([channel]) + data[i:i + _FRAME_CHUNK])
+            if rc == 0:
+                status: JsonObj = {"metadata": {}, "status": "Success"}
+            else:
+                status = {"metadata": {}, "status": "Failure",
+                          "message": f"command terminated with non-zero exit code: exit code {rc}",
+                          "reason": "NonZeroExitCode",
+                          "details": {"causes": [{"reason": "ExitCode", "message": str(rc)}]}}
+            await ws.send_bytes(bytes([_STATUS]) + json.dumps(status).encode())
+            await ws.close()
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            pass
+        return ws
+
+    @staticmethod
+    async def _read_stdin(ws: aiohttp.web.WebSocketResponse, protocol: str) -> bytes:
+        """Collect channel-0 frames until the v5 close-stdin signal, the socket closing, or (v4, which
+        has no close signal) 0.5 s without input."""
+        idle = 10.0 if protocol == V5_PROTOCOL else 0.5
+        chunks: list[bytes] = []
+        while True:
+            try:
+                msg = await asyncio.wait_for(ws.receive(), idle)
+            except TimeoutError:
+                break
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                data = msg.data
+            elif msg.type == aiohttp.WSMsgType.TEXT:
+                data = msg.data.encode()
+            else:
+                break
+            if not data:
+                continue
+            if data[0] == _CLOSE and len(data) > 1 and data[1] == _STDIN:
+                break
+            if data[0] == _STDIN:
+                chunks.append(data[1:])
+        return b"".join(chunks)
