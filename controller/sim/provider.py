@@ -116,9 +116,7 @@ class ProviderEmulator:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, 0)
         await site.start()
-        server = site._server  # noqa: SLF001 - the only way to learn the bound port of port 0
-        assert server is not None and server.sockets
-        self._port = server.sockets[0].getsockname()[1]
+        self._port = int(self._runner.addresses[0][1])  # port 0: the OS picked one
 
     async def stop(self) -> None:
         """Stop serving and release the port."""
