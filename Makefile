@@ -1,0 +1,48 @@
+# agentbox-controller — developer commands. `make demo` and `make test` work from a fresh clone:
+# they create .venv at the repository root and install tmux when it is missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-unit bench crds lint clean tmux e2e
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP) tmux
+
+tmux:
+	@command -v tmux >/dev/null 2>&1 || { \
+	  echo "tmux missing: installing it"; \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq tmux >/dev/null; \
+	  else echo "install tmux with your package manager" >&2; exit 1; fi; }
+
+demo: venv
+	$(VENV)/bin/agentbox-controller demo $(if $(REAL_AGENTS),--real-agents,)
+
+test: venv
+	mkdir -p tmp
+	$(PY) -m pytest -q --basetemp=tmp/pytest $(PYTEST_ARGS)
+
+test-unit: venv
+	$(PY) -m pytest -q -m unit $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) bench/resume_latency.py
+
+crds: venv
+	$(VENV)/bin/agentbox-controller crds --out crds
+	cp crds/*.yaml charts/agentbox-controller/crds/
+
+e2e: venv
+	$(PY) -m pytest -q -m e2e tests/e2e
+
+clean:
+	rm -rf $(VENV) tmp .pytest_cache

@@ -1,0 +1,74 @@
+"""Command line: `agentbox-controller run | demo | detect | usage | crds`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def _run(ns: argparse.Namespace) -> int:
+    import kopf
+
+    import controller.handlers  # noqa: F401  (registers the handlers)
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    namespaces = ns.namespace or []
+    kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
+             liveness_endpoint=ns.liveness or None)
+    return 0
+
+
+def _crds(ns: argparse.Namespace) -> int:
+    from controller.crdgen import write_crds
+
+    for path in write_crds(Path(ns.out)):
+        print(path)
+    return 0
+
+
+def _demo(ns: argparse.Namespace) -> int:
+    try:
+        from controller.demo import run_demo
+    except ImportError as exc:  # kmock is a test/demo extra
+        print(f"demo needs the test extra (pip install 'agentbox-controller[test]'): {exc}", file=sys.stderr)
+        return 2
+    return run_demo(real_agents=ns.real_agents, verbose=ns.verbose)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's argument parser."""
+    parser = argparse.ArgumentParser(prog="agentbox-controller", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the operator (in-cluster or with $KUBECONFIG)")
+    run.add_argument("--namespace", action="append", help="watch only this namespace (repeatable); default: all")
+    run.add_argument("--liveness", default="http://0.0.0.0:8081/healthz", help="liveness endpoint URL ('' = off)")
+    run.set_defaults(func=_run)
+
+    demo = sub.add_parser("demo", help="play the resume scenario against an emulated cluster (no cluster needed)")
+    demo.add_argument("--real-agents", action="store_true", help="use the real Claude Code and Codex CLIs")
+    demo.add_argument("-v", "--verbose", action="store_true", help="show operator logs")
+    demo.set_defaults(func=_demo)
+
+    crds = sub.add_parser("crds", help="write the CRD YAML generated from the models")
+    crds.add_argument("--out", default="crds", help="output directory")
+    crds.set_defaults(func=_crds)
+
+    from controller.cli_detect import add_detect_parser
+    from controller.cli_usage import add_usage_parser
+
+    add_detect_parser(sub)
+    add_usage_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `agentbox-controller` console script."""
+    ns = build_parser().parse_args(argv)
+    return int(ns.func(ns) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
