@@ -1,0 +1,135 @@
+"""Codex CLI profile: line families as Codex 0.x (up to 0.169.0) prints them, plus action data.
+
+Wordings come from the corpus (tests/fixtures/corpus/limit-screens.jsonl) and from the real CLI
+against the provider emulator (notes/real-agents.md). Codex never prints a zone: times are the
+box's local time, and a time without a date is on the same local date (``time_only_rule="codex"``).
+
+- ``■ You’ve hit your usage limit. Upgrade to Pro (…) or try again in 5 days 22 hours 11 minutes.``
+- ``… or try again at 5:19 PM.`` / ``… at Mar 10th, 2026 3:39 AM.`` / ``… at Aug 20, 2026, 7:38 AM.``
+- prefixes ``■``, ``🖐``, ``ERROR:``, ``Error running remote compact task:``
+- localized (optional): ``Você atingiu seu limite de uso … tente novamente em 21 de abr. de 2026 02:53``
+- overload: ``exceeded retry limit, last status: 429 Too Many Requests`` (openai/codex#26057)
+- approval overlay: ``Would you like to run the following command?`` / ``› 1. Yes, proceed (y)``.
+No I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from controller.agents.base import GENERIC_AWAITING, GENERIC_WORKING_HINTS, Profile, lp
+from controller.domain.detection import InputBox, ScreenLine
+
+APOS = r"['’]"
+WHEN = r"(?P<when>(?!later\b)\S.*)"
+
+# Placeholders Codex shows in an empty composer (codex-rs/tui chat composer prompts).
+PLACEHOLDERS = (
+    "Ask Codex to do anything",
+    "Explain this codebase",
+    "Summarize recent commits",
+    "Implement {feature}",
+    "Find and fix a bug in @filename",
+    "Write tests for @filename",
+    "Improve documentation in @filename",
+    "Run /review on my current changes",
+    "Use /skills to list available skills",
+)
+_PLACEHOLDER = re.compile(
+    r"^(?:" + "|".join(re.escape(p) for p in PLACEHOLDERS) + r")$", re.IGNORECASE
+)
+_COMPOSER = re.compile(r"^[›▌](?:\s+(?P<text>.*))?$")
+_NUMBERED = re.compile(r"^[›▌]\s*\d{1,2}[.)]\s")
+_FOOTER = re.compile(
+    r"context left|for shortcuts|⏎|\bsend\b.*\bnewline\b|tab to queue|to interrupt|"
+    r"^\s*(?:gpt|o\d|codex)-[\w.-]+\s",
+    re.IGNORECASE,
+)
+_OUTPUT = re.compile(r"^[•◦■⚠🖐└├✔✗─]")
+
+
+def parse_input(rows: Sequence[ScreenLine]) -> InputBox | None:
+    """Find the Codex composer (``› text``; older ``▌ text``) on the bottom rows.
+
+    The composer is the last ``›`` row that is not a numbered menu option, followed only by its own
+    wrapped continuation rows and footer rows (model · context left · cwd, key hints).
+
+    Returns:
+        :class:`InputBox` (text "" for an empty composer or a placeholder such as
+        "Ask Codex to do anything") or None when no composer is visible (e.g. an approval overlay).
+    """
+    if not rows:
+        return None
+    last = len(rows) - 1
+    for pos in range(last, max(-1, last - 10), -1):
+        row = rows[pos]
+        if row.kind != "text":
+            continue
+        if not _COMPOSER.match(row.text) or _NUMBERED.match(row.text):
+            if _OUTPUT.match(row.text):
+                return None  # output below any composer candidate: no composer on the bottom
+            continue
+        end = pos
+        while end + 1 <= last and rows[end + 1].kind == "text" and not _FOOTER.search(rows[end + 1].text) \
+                and not _OUTPUT.match(rows[end + 1].text):
+            end += 1
+        tail = [r for r in rows[end + 1:] if r.kind == "text"]
+        if len(tail) > 4 or any(_OUTPUT.match(r.text) for r in tail):
+            return None
+        m = _COMPOSER.match(row.text)
+        parts = [(m.group("text") or "") if m else ""] + [r.text for r in rows[pos + 1:end + 1]]
+        text = " ".join(p.strip() for p in parts if p.strip())
+        return InputBox(row.index, rows[end].index, "" if _PLACEHOLDER.match(text) else text)
+    return None
+
+
+_TRY_AGAIN = r"(?:.*?\b(?:try again|tente novamente|int[ée]ntalo de nuevo|vuelve a intentarlo)\s+(?:at|in|em|en|el|às|a las)?\s*" + WHEN + r")?"
+
+PROFILE = Profile(
+    agent="codex",
+    time_only_rule="codex",
+    retrying=(
+        lp("stream-retrying", r"\bretrying\s+\d+\s*/\s*\d+", anchored=False),
+        lp("reconnecting", r"\bRe-?connecting\.{0,3}\s*\d+\s*/\s*\d+", anchored=False),
+    ),
+    overload=(
+        lp("exceeded-retry-limit", r"exceeded retry limit", anchored=False),
+        lp("server-overloaded", r"server_is_overloaded|\bserver (?:is )?overloaded\b|experiencing high demand",
+           anchored=False),
+    ),
+    credits=(
+        lp("out-of-credits", r"(?:Your\s+(?:workspace|organization|account)\s+is\s+|You['’]re\s+|You(?:['’]ve| have)\s+run\s+)?"
+                             r"out of credits"),
+        lp("spend-cap", r"(?:You['’]ve\s+)?hit your (?:monthly |workspace )?spend(?:ing)? (?:cap|limit)"),
+        lp("quota-exceeded", r"Quota exceeded|insufficient_quota|credit balance is too low"),
+    ),
+    usage=(
+        lp("hit-usage-limit", r"You(?:" + APOS + r"ve|\s+have)\s+(?:hit|reached) your\s+(?P<window>(?:5h\s+|weekly\s+)?)usage limit\b" + _TRY_AGAIN),
+        lp("usage-limit-reached", r"\busage_limit_reached\b" + _TRY_AGAIN, anchored=False),
+        lp("pt-limite-de-uso", r"Voc[êe] atingiu (?:o\s+)?seu limite de uso" + _TRY_AGAIN),
+        lp("es-limite-de-uso", r"(?:Has alcanzado|Alcanzaste) (?:tu|el) l[íi]mite de uso" + _TRY_AGAIN),
+    ),
+    warnings=(
+        lp("heads-up", r"Heads up, you['’]ve used over\s+\d+\s*%", anchored=False),
+        lp("limit-left", r"\b(?:5h|weekly|monthly)\s+limit:\s*(?:only\s+)?<?\d+\s*%\s+left", anchored=False),
+        lp("approaching", r"Approaching (?:your )?(?:rate|usage)? ?limits?", anchored=False),
+    ),
+    working=(
+        # bottom-pane status: "• Working (12s • esc to interrupt)", "Working (4s)", "◦ Thinking (1m 02s • f12 to interrupt)"
+        re.compile(r"^[•◦·]?\s*[A-Z][\w-]*(?:\s+[\w-]+){0,3}\s*\(\s*(?:\d+\s*[hms]\s*)+(?:[•·].*)?\)\s*$"),
+        *GENERIC_WORKING_HINTS,
+    ),
+    working_hints=GENERIC_WORKING_HINTS,
+    awaiting=GENERIC_AWAITING,
+    limit_menu=(),
+    stop_option=None,
+    progress=re.compile(r"^(?:[•◦└├✔✗]\s*\S|■\s*\S|─\s*Worked for)"),
+    user_echo=re.compile(r"^›\s*\S"),
+    find_input=parse_input,
+    working_adjacent=True,
+    continue_text="continue",
+    restart_argv=("codex", "resume", "--last"),
+    credential_path="~/.codex/auth.json",
+    credential_secret_key="auth.json",
+)

@@ -1,0 +1,572 @@
+"""Layered screen detection: what a captured tab screen means. Pure, no I/O, ``now`` passed in.
+
+Layers (each a small function, tested by tests/test_detection_*.py):
+
+1. :func:`normalize_lines` strips ANSI, parses box borders (``╭ │ ╰``) and horizontal rules.
+2. The profile's input parser finds the input box on the bottom (Claude's ``│ > text │`` or
+   ``> text``; Codex's ``› text`` composer); everything below it is the footer.
+3. :func:`join_lines` joins lines the terminal wrapped mid-sentence ("…will reset\\n at 3pm (…)").
+4. Every joined line is classified against the profile's families (data, see
+   :class:`controller.agents.base.Profile`) and the user patterns.
+5. The LIVE BOTTOM decides: lines below the last agent-output line (``⏺ …``, ``• Ran …``); the
+   newest limit line there wins; a spinner/interrupt hint below it, or agent output after it,
+   makes it stale (corpus C31, C57; field-pitfalls §5).
+6. The reset instant is parsed with :mod:`controller.domain.timeparse` (zone rules, DST).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from controller.domain.timeparse import from_parts, parse_when
+from controller.domain.types import (
+    WINDOW_FIVE_HOUR,
+    WINDOW_MONTHLY,
+    WINDOW_WEEKLY,
+    Detection,
+    LimitKind,
+    TabState,
+)
+
+if TYPE_CHECKING:  # the domain never imports adapters at run time
+    from controller.agents.base import LinePattern, Profile
+
+__all__ = [
+    "InputBox",
+    "InvalidPattern",
+    "ScreenLine",
+    "UserPattern",
+    "compile_user_pattern",
+    "detect_screen",
+    "join_lines",
+    "normalize_lines",
+    "MAX_LINES",
+    "MAX_PATTERN_CHARS",
+    "USER_PATTERN_GROUPS",
+]
+
+MAX_LINES = 60          # only the last 60 joined lines are read (live bottom + user-pattern guard)
+MAX_PATTERN_CHARS = 500  # user patterns longer than this are refused
+_MAX_LINE_CHARS = 2000   # user patterns see at most this much of one line
+
+USER_PATTERN_GROUPS = frozenset(
+    {"epoch", "year", "month", "day", "hour", "minute", "ampm", "zone",
+     "rel_days", "rel_hours", "rel_minutes", "when", "window"}
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. normalization
+
+
+@dataclass(frozen=True)
+class ScreenLine:
+    """One physical screen row after normalization.
+
+    Attributes:
+        text: the row without ANSI, box side borders and surrounding whitespace.
+        kind: "text" | "blank" | "box_top" | "box_bottom" | "rule".
+        in_box: the row sat between ``│`` borders.
+        index: 0-based row number on the screen.
+    """
+
+    text: str
+    kind: str
+    in_box: bool
+    index: int
+
+
+@dataclass(frozen=True)
+class InputBox:
+    """The agent's input area found on the live bottom.
+
+    Attributes:
+        start: first row index of the input area (box top, rule or prompt row).
+        end: last row index of the input area; rows after it are the footer.
+        text: the typed text ("" when empty or a placeholder is shown).
+    """
+
+    start: int
+    end: int
+    text: str
+
+
+_ANSI = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"        # CSI
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC
+    r"|\x1b[PX^_][^\x1b]*\x1b\\"       # DCS/SOS/PM/APC
+    r"|\x1b[@-Z\\-_]"                  # 2-byte
+)
+_CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_BOX_TOP = re.compile(r"^[╭┌╔┏][─━═┄┈╌\s\S]*[╮┐╗┓]$")
+_BOX_BOTTOM = re.compile(r"^[╰└╚┗][─━═┄┈╌\s\S]*[╯┘╝┛]$")
+_RULE = re.compile(r"^[─━═╌┄┈▔▁]{8,}$")
+_SIDES = "│┃║▕▏"
+
+
+def normalize_lines(screen: str) -> list[ScreenLine]:
+    """Split a captured screen into :class:`ScreenLine` rows.
+
+    Strips ANSI escape sequences and control characters, converts tabs/NBSP to spaces, and parses
+    box borders so text inside ``│ … │`` is returned without them (``in_box=True``).
+    Trailing blank rows are dropped.
+    """
+    screen = _ANSI.sub("", screen).replace("\r\n", "\n").replace("\r", "\n")
+    screen = _CTRL.sub("", screen.replace("\t", "    "))
+    screen = screen.replace("\u00a0", " ").replace("\u202f", " ")
+    rows: list[ScreenLine] = []
+    for index, raw in enumerate(screen.split("\n")):
+        s = raw.strip()
+        if not s:
+            rows.append(ScreenLine("", "blank", False, index))
+        elif "─" in s[:3] + s[-3:] or "━" in s[:3] + s[-3:] or "═" in s[:3] + s[-3:]:
+            if _BOX_TOP.match(s) and len(s) > 2:
+                rows.append(ScreenLine(s.strip("╭┌╔┏╮┐╗┓─━═ "), "box_top", True, index))
+            elif _BOX_BOTTOM.match(s) and len(s) > 2:
+                rows.append(ScreenLine("", "box_bottom", True, index))
+            elif _RULE.match(s):
+                rows.append(ScreenLine("", "rule", False, index))
+            else:
+                rows.append(_side_parsed(s, index))
+        else:
+            rows.append(_side_parsed(s, index))
+    while rows and rows[-1].kind == "blank":
+        rows.pop()
+    return rows
+
+
+def _side_parsed(s: str, index: int) -> ScreenLine:
+    if s[0] in _SIDES:
+        inner = s[1:]
+        if inner and inner[-1] in _SIDES:
+            inner = inner[:-1]
+        inner = inner.strip()
+        return ScreenLine(inner, "text" if inner else "blank", True, index)
+    return ScreenLine(s, "text", False, index)
+
+
+@dataclass(frozen=True)
+class JoinedLine:
+    """A logical line: one or more physical rows joined where the terminal wrapped them."""
+
+    text: str
+    in_box: bool
+    first: int
+    last: int
+
+
+# A row starting like this begins a new logical line (it is not a wrapped continuation).
+_STARTER = re.compile(
+    r"^(?:[⎿●⏺■🖐⚠•◦└├›❯>✶✻✽✢✳·*$#✔✓✗✘☐☒□▪‣⏵↓↑─▌\[]"
+    r"|\d+[.)]\s"
+    r"|(?:ERROR|Error|Warning|WARN|Press|Enter to|Esc to|Tip:|\? for)\b)"
+)
+
+
+def join_lines(rows: Sequence[ScreenLine]) -> list[JoinedLine]:
+    """Join rows that continue a sentence wrapped by the terminal.
+
+    A text row is appended to the previous text row (same box side) unless it starts like a new
+    item (a glyph such as ⎿ ● ⏺ ■ ⚠ • › ❯ >, a numbered option, "ERROR:", "Press …"), or the previous
+    row ends with "?" (a question is followed by its options). Blank rows, borders and rules end a
+    logical line and are not returned.
+    """
+    out: list[JoinedLine] = []
+    current: JoinedLine | None = None
+    for row in rows:
+        if row.kind != "text":
+            if current:
+                out.append(current)
+            current = None
+            continue
+        if (
+            current is not None
+            and current.in_box == row.in_box
+            and not _STARTER.match(row.text)
+            and not current.text.endswith("?")
+        ):
+            current = JoinedLine(f"{current.text} {row.text}", current.in_box, current.first, row.index)
+            continue
+        if current:
+            out.append(current)
+        current = JoinedLine(row.text, row.in_box, row.index, row.index)
+    if current:
+        out.append(current)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# user patterns
+
+
+class InvalidPattern(ValueError):
+    """A user pattern was refused; the message starts with the field path (e.g.
+    ``spec.detection.patterns[0].regex: …``)."""
+
+
+@dataclass(frozen=True)
+class UserPattern:
+    """A validated user pattern from ``spec.detection.patterns``.
+
+    Attributes:
+        regex: the compiled regex (Python ``re``; a later issue may switch to RE2).
+        kind: what a match means: USAGE (default), CREDITS, OVERLOAD or WARNING.
+        source: the pattern text as given.
+    """
+
+    regex: re.Pattern[str]
+    kind: LimitKind = LimitKind.USAGE
+    source: str = ""
+
+
+# A group that repeats something already repeated, e.g. (a+)+ or (\w*)*: catastrophic backtracking.
+_NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*](?:[^()\\]|\\.)*\)\s*(?:[+*]|\{\d*,\d*\})")
+
+
+def compile_user_pattern(
+    text: str,
+    kind: str | LimitKind = LimitKind.USAGE,
+    field_path: str = "spec.detection.patterns[]",
+) -> UserPattern:
+    """Validate and compile one user pattern.
+
+    Args:
+        text: a Python regex. Named groups must be among :data:`USER_PATTERN_GROUPS`
+            (epoch, year, month, day, hour, minute, ampm, zone, rel_days, rel_hours, rel_minutes,
+            plus ``when`` = free text parsed like a built-in reset expression and ``window``).
+        kind: "usage" (default) | "credits" | "overload" | "warning".
+        field_path: prefix for error messages (the CR field holding the pattern).
+
+    Returns:
+        A :class:`UserPattern` (case-insensitive).
+
+    Raises:
+        InvalidPattern: empty, longer than 500 characters, not compilable, an unknown named
+            group, a nested quantifier (catastrophic backtracking), a pattern that matches the
+            empty string, or an unknown kind. The message is ``"<field_path>: <reason>"``.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidPattern(f"{field_path}: pattern is empty")
+    if len(text) > MAX_PATTERN_CHARS:
+        raise InvalidPattern(f"{field_path}: pattern is {len(text)} characters, the limit is {MAX_PATTERN_CHARS}")
+    try:
+        limit_kind = LimitKind(kind.value if isinstance(kind, LimitKind) else str(kind).lower())
+    except ValueError:
+        raise InvalidPattern(
+            f"{field_path}: unknown kind {kind!r} (expected usage, credits, overload or warning)"
+        ) from None
+    if _NESTED_QUANTIFIER.search(text):
+        raise InvalidPattern(f"{field_path}: nested quantifier (e.g. (a+)+) can backtrack catastrophically")
+    try:
+        regex = re.compile(text, re.IGNORECASE)
+    except re.error as exc:
+        raise InvalidPattern(f"{field_path}: not a valid regular expression: {exc}") from None
+    unknown = sorted(set(regex.groupindex) - USER_PATTERN_GROUPS)
+    if unknown:
+        raise InvalidPattern(
+            f"{field_path}: unknown named group(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(USER_PATTERN_GROUPS))}"
+        )
+    if regex.search("") is not None:
+        raise InvalidPattern(f"{field_path}: pattern matches the empty string (it would match every line)")
+    return UserPattern(regex=regex, kind=limit_kind, source=text)
+
+
+# ---------------------------------------------------------------------------------------------
+# classification
+
+
+@dataclass
+class _Event:
+    cls: str                 # usage | credits | auto | overload | retrying | warning | auto_cancel | recovered
+    name: str
+    resets_at: datetime | None = None
+    window: str | None = None
+    auto: bool = False
+
+
+@dataclass
+class _Info:
+    idx: int
+    line: JoinedLine
+    event: _Event | None = None
+    working: bool = False
+    awaiting: bool = False
+    limit_menu: bool = False
+    option: tuple[int, str] | None = None
+    cursor: bool = False
+    progress: bool = False
+    user: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+_PREFIX = re.compile(r"^[\s⎿●⏺■🖐\ufe0f⚠•◦>❯›│▌✗✘×!*\-]*")
+_QUOTES_OPEN = "“«‘"
+_OPTION = re.compile(r"^(?P<cursor>[❯›>▸▶]\s*)?(?P<num>\d{1,2})[.)]\s+(?P<text>.+)$")
+_SEP = re.compile(r"\s+")
+
+
+def _window_of(text: str | None) -> str | None:
+    if not text:
+        return None
+    t = text.lower()
+    if re.search(r"5[- ]?h(?:our|r)?\b|five[- ]hour|session", t):
+        return WINDOW_FIVE_HOUR
+    if re.search(r"week|7[- ]?d(?:ay)?\b|seven[- ]day", t):
+        return WINDOW_WEEKLY
+    if re.search(r"month", t):
+        return WINDOW_MONTHLY
+    return None
+
+
+def _lead_ok(lead: str) -> bool:
+    """Text before a limit phrase: nothing (after glyph prefixes) or a short "Something:" lead,
+    never an open quote (limit text quoted in the agent's prose, corpus C57)."""
+    lead = _PREFIX.sub("", lead).rstrip()
+    if not lead:
+        return True
+    if lead.count('"') % 2 or lead.count("`") % 2 or any(q in lead for q in _QUOTES_OPEN):
+        return False
+    return lead.endswith(":") and len(lead) <= 80
+
+
+def _match(pattern: LinePattern, text: str) -> re.Match[str] | None:
+    for m in pattern.regex.finditer(text):
+        if not pattern.anchored or _lead_ok(text[: m.start()]):
+            return m
+    return None
+
+
+_TIME_KEYS = ("epoch", "year", "month", "day", "hour", "minute", "ampm", "zone",
+              "rel_days", "rel_hours", "rel_minutes", "rel_seconds")
+
+
+def _resets(m: re.Match[str], now: datetime, tz: str, rule: str) -> datetime | None:
+    groups = m.groupdict()
+    if groups.get("when"):
+        return parse_when(groups["when"], now, tz, rule)  # type: ignore[arg-type]
+    parts = {k: groups.get(k) for k in _TIME_KEYS if groups.get(k)}
+    return from_parts(parts, now, tz, rule) if parts else None  # type: ignore[arg-type]
+
+
+_FAMILIES = (
+    ("retrying", "retrying"),
+    ("overload", "overload"),
+    ("credits", "credits"),
+    ("auto_cancel", "auto_cancel"),
+    ("recovered", "recovered"),
+    ("auto_continue", "auto"),
+    ("usage", "usage"),
+    ("warnings", "warning"),
+)
+
+
+def _classify(
+    profile: Profile,
+    idx: int,
+    line: JoinedLine,
+    now: datetime,
+    tz: str,
+    user_patterns: Sequence[UserPattern],
+) -> _Info:
+    info = _Info(idx, line)
+    text = line.text
+    rule = profile.time_only_rule
+    for attr, cls in _FAMILIES:
+        for pattern in getattr(profile, attr):
+            m = _match(pattern, text)
+            if m is None:
+                continue
+            window = pattern.window or _window_of(m.groupdict().get("window"))
+            event = _Event(cls, f"pattern:{profile.agent}/{pattern.name}", window=window)
+            if cls in ("usage", "auto", "credits"):
+                event.resets_at = _resets(m, now, tz, rule) if cls != "credits" else None
+            if cls == "auto":
+                event.cls, event.auto = "usage", True
+            if cls == "usage":
+                # "Usage limit reached · limit resets 5:13pm / Continuing automatically at 5:13pm"
+                event.auto = any(_match(p, text) for p in profile.auto_continue)
+            info.event = event
+            break
+        if info.event:
+            break
+    if info.event is None and user_patterns:
+        clipped = text[-_MAX_LINE_CHARS:]
+        for number, up in enumerate(user_patterns):
+            m = up.regex.search(clipped)
+            if m is None:
+                continue
+            cls = {LimitKind.USAGE: "usage", LimitKind.CREDITS: "credits",
+                   LimitKind.OVERLOAD: "overload", LimitKind.WARNING: "warning"}[up.kind]
+            event = _Event(cls, f"user-pattern:{number}", window=_window_of(m.groupdict().get("window")))
+            if cls == "usage":
+                event.resets_at = _resets(m, now, tz, rule)
+            info.event = event
+            break
+    stripped = text.strip()
+    if info.event is None:
+        info.working = any(p.search(text) for p in profile.working)
+        info.awaiting = any(p.search(text) for p in profile.awaiting)
+    info.limit_menu = any(p.search(text) for p in profile.limit_menu)
+    m = _OPTION.match(stripped)
+    if m:
+        info.option = (int(m.group("num")), m.group("text").strip())
+        info.cursor = bool(m.group("cursor"))
+    if info.event is None and not info.working and not info.awaiting and not info.option and not line.in_box:
+        if profile.user_echo is not None and profile.user_echo.match(stripped):
+            info.user = True
+        elif profile.progress is not None and profile.progress.match(stripped):
+            info.progress = True
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+# the decision
+
+
+def detect_screen(
+    profile: Profile,
+    screen: str,
+    now: datetime,
+    tz: str,
+    user_patterns: Sequence[UserPattern] = (),
+) -> Detection:
+    """Say what a tab's screen means (the corpus README's rules).
+
+    Args:
+        profile: the agent's :class:`~controller.agents.base.Profile` (line families as data).
+        screen: captured pane text (``tmux capture-pane -p``, ANSI allowed, rows may wrap).
+        now: tz-aware instant the screen was seen; relative and time-only resets count from it.
+        tz: the box's IANA zone, used when a line names none (Codex never does) or an invalid one.
+        user_patterns: validated ``spec.detection.patterns`` (:func:`compile_user_pattern`);
+            tried on lines no built-in family claims, over the last 60 joined lines only.
+
+    Returns:
+        :class:`~controller.domain.types.Detection`:
+        - RATE_LIMITED + USAGE/CREDITS when the newest limit line on the live bottom is not stale
+          (``resets_at`` UTC or None; ``window``; ``auto_continue`` for Claude Code's native wait;
+          ``limit_menu``/``menu_choice`` for its rate-limit options menu);
+        - AWAITING_INPUT for a permission prompt, approval overlay, question or menu that is not the
+          limit menu (a limit line above it still fills kind/resets_at);
+        - WORKING for a live spinner/status/interrupt hint, a CLI retrying by itself, or a native
+          continue that fired;
+        - IDLE for a visible input box with nothing of the above; UNKNOWN otherwise.
+        OVERLOAD/WARNING lines set ``kind`` without making the tab rate limited.
+        ``prompt_text`` is the input box text ("" empty/placeholder, None when no box is visible).
+
+    Raises:
+        ValueError: ``now`` is naive.
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("now must be timezone-aware")
+    rows = normalize_lines(screen)
+    box = profile.find_input(rows) if profile.find_input else None
+    content = rows[: _pos(rows, box.start)] if box else rows
+    footer = rows[_pos(rows, box.end) + 1:] if box else []
+    joined = join_lines(content)[-MAX_LINES:]
+    infos = [_classify(profile, i, line, now, tz, user_patterns) for i, line in enumerate(joined)]
+
+    last_progress = max((i.idx for i in infos if i.progress), default=-1)
+    live = [i for i in infos if i.idx > last_progress]
+    limits = [i for i in live if i.event and i.event.cls in ("usage", "credits")]
+    newest = limits[-1] if limits else None
+    after = [i for i in live if newest is None or i.idx > newest.idx]
+
+    working_info = _working(profile, infos, after, footer)
+    recovered = [i for i in after if i.event and i.event.cls == "recovered"]
+    menu_lines = [i for i in after if i.option or i.limit_menu or i.awaiting]
+    is_limit_menu = any(i.limit_menu for i in menu_lines) and (newest is not None or any(
+        i.option and profile.stop_option is not None and profile.stop_option.search(i.option[1])
+        for i in menu_lines))
+    awaiting = None if is_limit_menu else next(
+        (i for i in after if i.awaiting or (i.option and i.cursor)), None)
+    prompt = box.text if box else None
+
+    if newest is not None and working_info is None and not recovered:
+        block_start = max((i.idx for i in live if i.user and i.idx < newest.idx), default=last_progress)
+        block = [i for i in limits if i.idx > block_start]
+        resets_at = next((i.event.resets_at for i in reversed(block) if i.event.resets_at), None)
+        if newest.event.cls == "credits":
+            resets_at = None
+        window = next((i.event.window for i in reversed(block) if i.event.window), None)
+        auto_idx = max((i.idx for i in block if i.event.auto), default=-1)
+        cancelled = any(i.event and i.event.cls == "auto_cancel" and i.idx > auto_idx for i in live)
+        auto = auto_idx >= 0 and not cancelled
+        kind = LimitKind.CREDITS if newest.event.cls == "credits" else LimitKind.USAGE
+        menu_choice = None
+        if is_limit_menu and profile.stop_option is not None:
+            menu_choice = next((i.option[0] for i in menu_lines
+                                if i.option and profile.stop_option.search(i.option[1])), None)
+        if awaiting is not None:
+            return Detection(TabState.AWAITING_INPUT, kind, resets_at, window, False, False, None,
+                             prompt, awaiting.line.text, newest.event.name)
+        return Detection(TabState.RATE_LIMITED, kind, resets_at, window, auto, is_limit_menu,
+                         menu_choice, prompt, newest.line.text, newest.event.name)
+
+    if newest is None and is_limit_menu:
+        # the options menu is open but its limit line scrolled away: still a usage stop
+        menu_choice = next((i.option[0] for i in menu_lines if i.option and profile.stop_option
+                            and profile.stop_option.search(i.option[1])), None)
+        first = next(i for i in menu_lines if i.limit_menu)
+        return Detection(TabState.RATE_LIMITED, LimitKind.USAGE, None, None, False, True, menu_choice,
+                         prompt, first.line.text, f"pattern:{profile.agent}/limit-menu")
+
+    # not rate limited: the newest overload / retry / warning line on the live bottom gives the kind
+    notes = [i for i in live if i.event and i.event.cls in ("overload", "retrying", "warning")
+             and (newest is None or i.idx > newest.idx or working_info is None)]
+    note = notes[-1] if notes else None
+    kind = None
+    if note is not None:
+        kind = LimitKind.WARNING if note.event.cls == "warning" else LimitKind.OVERLOAD
+    evidence = note.line.text if note else None
+    detected_by = note.event.name if note else ""
+    if awaiting is not None:
+        return Detection(TabState.AWAITING_INPUT, kind, None, None, prompt_text=prompt,
+                         evidence=awaiting.line.text, detected_by=f"marker:{profile.agent}/awaiting")
+    retrying = note is not None and note.event.cls == "retrying"
+    if working_info is not None or recovered or retrying:
+        if note is None or note.event.cls != "retrying":
+            src = working_info if working_info is not None else (recovered[-1] if recovered else None)
+            if isinstance(src, _Info):
+                evidence = evidence or src.line.text
+                detected_by = detected_by or (
+                    src.event.name if src.event else f"marker:{profile.agent}/working")
+            elif isinstance(src, str):
+                evidence = evidence or src
+                detected_by = detected_by or f"marker:{profile.agent}/working-footer"
+        return Detection(TabState.WORKING, kind, None, None, prompt_text=prompt,
+                         evidence=evidence, detected_by=detected_by)
+    state = TabState.IDLE if box is not None else TabState.UNKNOWN
+    return Detection(state, kind, None, None, prompt_text=prompt, evidence=evidence, detected_by=detected_by)
+
+
+def _pos(rows: Sequence[ScreenLine], index: int) -> int:
+    """List position of the row with screen index ``index``."""
+    for pos, row in enumerate(rows):
+        if row.index == index:
+            return pos
+    return len(rows)
+
+
+def _working(
+    profile: Profile,
+    infos: Sequence[_Info],
+    after: Sequence[_Info],
+    footer: Sequence[ScreenLine],
+) -> _Info | str | None:
+    """A live working marker: an interrupt hint in the footer, or a spinner/status line below the
+    newest limit line (Codex: only the last content line above the input counts)."""
+    for row in footer:
+        if any(p.search(row.text) for p in profile.working_hints):
+            return row.text
+    candidates = [i for i in after if i.working]
+    if not candidates:
+        return None
+    if profile.working_adjacent:
+        return candidates[-1] if infos and candidates[-1] is infos[-1] else None
+    recent = {i.idx for i in infos[-12:]}
+    return next((i for i in reversed(candidates) if i.idx in recent), None)
