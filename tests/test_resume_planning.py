@@ -1,0 +1,180 @@
+"""Resume planning rules (DESIGN §3), table-tested on the pure domain with an explicit clock."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from controller.domain.resume import (
+    Action, Phase, ResumeConfig, TabRecord, after_usage, plan_tab, usage_verdict,
+)
+from controller.domain.types import Detection, LimitKind, TabState, Usage, Window
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 7, 1, 12, 0, tzinfo=timezone.utc)
+RESET = T0 + timedelta(hours=2)
+CFG = ResumeConfig(margin_s=10, human_idle_s=60, auto_continue_grace_s=120, settle_s=20, max_attempts=3)
+
+
+def limited(reset=RESET, evidence="You've hit your 5-hour limit · resets 2pm (UTC)", **kw) -> Detection:
+    return Detection(TabState.RATE_LIMITED, LimitKind.USAGE, reset, kw.pop("window", "five_hour"),
+                     evidence=evidence, detected_by="pattern:test", prompt_text=kw.pop("prompt_text", ""), **kw)
+
+
+WORKING = Detection(TabState.WORKING, evidence="✶ Composing…")
+IDLE = Detection(TabState.IDLE, prompt_text="")
+ASKING = Detection(TabState.AWAITING_INPUT, evidence="Do you want to proceed?")
+
+
+def test_limit_schedules_resume_at_reset_plus_margin():
+    plan = plan_tab(TabRecord("t"), limited(), None, T0, CFG)
+    assert plan.record.phase == Phase.RATE_LIMITED
+    assert plan.record.resume_at == RESET + timedelta(seconds=10)
+    assert plan.wake_at == RESET + timedelta(seconds=10)
+    assert plan.action == Action.NONE
+    assert plan.event == "LimitDetected"
+
+
+def test_due_tab_asks_for_a_usage_check_then_sends_once():
+    rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
+    due = RESET + timedelta(seconds=11)
+    plan = plan_tab(rec, limited(), None, due, CFG)
+    assert plan.action == Action.CHECK_USAGE
+    sent = after_usage(plan.record, usage_verdict(None, "five_hour", due), due, CFG)
+    assert sent.record.phase == Phase.RESUMING
+    assert sent.record.sent_for == rec.limit_key
+    # The same line seen again right after: the old line, nothing to do.
+    again = plan_tab(sent.record, limited(), None, due + timedelta(seconds=2), CFG)
+    assert again.action == Action.NONE
+    assert again.record.sent_for == rec.limit_key
+
+
+def test_not_reset_yet_waits_for_the_new_reset_from_usage():
+    rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
+    due = RESET + timedelta(seconds=11)
+    later = RESET + timedelta(minutes=40)
+    usage = Usage({"five_hour": Window("five_hour", 100.0, later)}, read_at=due)
+    verdict = usage_verdict(usage, "five_hour", due)
+    assert not verdict.reset and verdict.new_reset == later
+    plan = after_usage(rec, verdict, due, CFG)
+    assert plan.record.phase == Phase.RATE_LIMITED
+    assert plan.record.resume_at == later + timedelta(seconds=10)
+    assert plan.record.sent_for is None
+    # At the new instant the plan is due again.
+    assert plan_tab(plan.record, limited(), None, later + timedelta(seconds=10), CFG).action == Action.CHECK_USAGE
+
+
+def test_usage_below_100_means_reset():
+    usage = Usage({"five_hour": Window("five_hour", 3.0, RESET + timedelta(hours=5))}, read_at=RESET)
+    assert usage_verdict(usage, "five_hour", RESET).reset
+
+
+def test_recent_human_input_holds_the_resume_until_idle():
+    rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
+    due = RESET + timedelta(seconds=30)
+    typed = due - timedelta(seconds=5)
+    plan = plan_tab(rec, limited(), typed, due, CFG)
+    assert plan.action == Action.NONE
+    assert plan.wake_at == typed + timedelta(seconds=60)
+    assert plan_tab(plan.record, limited(), typed, typed + timedelta(seconds=61), CFG).action == Action.CHECK_USAGE
+
+
+def test_awaiting_input_is_left_alone():
+    rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
+    plan = plan_tab(rec, ASKING, None, RESET + timedelta(minutes=1), CFG)
+    assert plan.action == Action.NONE
+    assert plan.record.phase == Phase.AWAITING_INPUT
+    assert plan.record.resume_at is None
+
+
+def test_agent_working_again_gets_nothing():
+    rec = plan_tab(TabRecord("t"), limited(auto_continue=True), None, T0, CFG).record
+    plan = plan_tab(rec, WORKING, None, RESET + timedelta(seconds=70), CFG)
+    assert plan.action == Action.NONE
+    assert plan.record.phase == Phase.WORKING
+    assert plan.record.resume_at is None
+
+
+def test_auto_continue_gets_a_grace_period():
+    plan = plan_tab(TabRecord("t"), limited(auto_continue=True), None, T0, CFG)
+    assert plan.record.resume_at == RESET + timedelta(seconds=120)
+    assert plan_tab(plan.record, limited(auto_continue=True), None, RESET + timedelta(seconds=60), CFG).action == Action.NONE
+    assert plan_tab(plan.record, limited(auto_continue=True), None, RESET + timedelta(seconds=121), CFG).action == Action.CHECK_USAGE
+
+
+def test_limit_menu_is_answered_by_its_displayed_number():
+    plan = plan_tab(TabRecord("t"), limited(limit_menu=True, menu_choice=2), None, T0, CFG)
+    assert plan.action == Action.ANSWER_MENU and plan.menu_choice == 2
+
+
+def test_limit_menu_without_stop_option_asks_a_human():
+    plan = plan_tab(TabRecord("t"), limited(limit_menu=True, menu_choice=None), None, T0, CFG)
+    assert plan.action == Action.NONE and plan.record.phase == Phase.NEEDS_ATTENTION
+
+
+def test_half_typed_line_is_never_typed_over():
+    rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
+    plan = plan_tab(rec, limited(prompt_text="fix the par"), None, RESET + timedelta(minutes=5), CFG)
+    assert plan.action == Action.NONE
+    assert plan.record.phase == Phase.NEEDS_ATTENTION
+
+
+def test_limit_that_comes_back_is_rescheduled_then_capped():
+    rec = TabRecord("t")
+    now = T0
+    sends = 0
+    for attempt in range(CFG.max_attempts + 1):
+        reset = now + timedelta(minutes=30)
+        plan = plan_tab(rec, limited(reset=reset, evidence=f"resets {attempt}"), None, now, CFG)
+        if attempt < CFG.max_attempts:
+            assert plan.record.phase == Phase.RATE_LIMITED, attempt
+            now = reset + timedelta(seconds=11)
+            due = plan_tab(plan.record, limited(reset=reset, evidence=f"resets {attempt}"), None, now, CFG)
+            assert due.action == Action.CHECK_USAGE
+            rec = after_usage(due.record, usage_verdict(None, None, now), now, CFG).record
+            assert rec.phase == Phase.RESUMING
+            sends += 1
+            now += timedelta(seconds=30)
+        else:
+            assert plan.record.phase == Phase.NEEDS_ATTENTION
+            assert plan.event == "ResumeNotTakingEffect"
+            assert plan.action == Action.NONE
+    assert sends == CFG.max_attempts
+
+
+def test_same_line_after_settle_counts_as_limit_come_back():
+    rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
+    due = RESET + timedelta(seconds=11)
+    sent = after_usage(rec, usage_verdict(None, None, due), due, CFG).record
+    plan = plan_tab(sent, limited(), None, due + timedelta(seconds=25), CFG)
+    assert plan.event == "LimitCameBack"
+    assert plan.record.attempts == 1
+
+
+def test_resume_disabled_only_records():
+    plan = plan_tab(TabRecord("t"), limited(), None, T0, CFG, resume_enabled=False)
+    assert plan.record.resume_at is None and plan.action == Action.NONE
+    assert plan.record.phase == Phase.RATE_LIMITED
+
+
+def test_credits_never_wait_for_a_reset():
+    det = Detection(TabState.RATE_LIMITED, LimitKind.CREDITS, None, evidence="Your workspace is out of credits")
+    plan = plan_tab(TabRecord("t"), det, None, T0, CFG)
+    assert plan.record.phase == Phase.NEEDS_ATTENTION and plan.record.resume_at is None
+
+
+def test_no_reset_on_screen_checks_usage_at_once_and_waits_for_its_reset():
+    det = Detection(TabState.RATE_LIMITED, LimitKind.USAGE, None, evidence="You've hit your usage limit.", prompt_text="")
+    plan = plan_tab(TabRecord("t"), det, None, T0, CFG)
+    assert plan.action == Action.CHECK_USAGE
+    usage = Usage({"weekly": Window("weekly", 100.0, T0 + timedelta(days=2))}, read_at=T0)
+    nxt = after_usage(plan.record, usage_verdict(usage, None, T0), T0, CFG)
+    assert nxt.record.resume_at == T0 + timedelta(days=2, seconds=10)
+    # Without any usage data the controller re-checks later instead of sending blindly.
+    blind = after_usage(plan.record, usage_verdict(None, None, T0), T0, CFG)
+    assert blind.record.phase == Phase.RATE_LIMITED and blind.record.resume_at == T0 + timedelta(seconds=300)
+
+
+def test_margin_bound_is_enforced():
+    with pytest.raises(ValueError):
+        ResumeConfig(margin_s=31)
