@@ -9,6 +9,7 @@ seconds of its instant instead of at the next poll.
 from __future__ import annotations
 
 import asyncio
+import shlex
 import logging
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -186,16 +187,17 @@ class BoxWatcher:
         out = []
         for i, pat in enumerate(spec.detection.patterns):
             try:
-                out.append(compile_user_pattern(pat.regex, kind=pat.kind))
+                out.append(compile_user_pattern(pat.regex, kind=pat.kind,
+                                                field_path=f"spec.detection.patterns[{i}].regex"))
             except InvalidPattern as exc:
-                msg = f"spec.detection.patterns[{i}].regex: {exc}"
+                msg = str(exc)
                 if msg != self._pattern_error:
                     self._pattern_error = msg
                     self.post_event("Warning", "InvalidPattern", msg)
         return out
 
     def _detect(self, agent: str, screen: str, now: datetime, tz: str, patterns: list[Any]) -> Detection:
-        from controller.agents import detect
+        from controller.agents.base import detect
 
         return detect(agent, screen, now, tz, patterns)
 
@@ -303,9 +305,10 @@ class BoxWatcher:
 
     async def _resume(self, term: BoxTerminal, tab: Any, agent: str, tz: str, patterns: list[Any]) -> tuple[bool, str]:
         """Send the agent's resume keys; returns (the tab moved on, what was done)."""
-        from controller.agents import resume_actions
+        from controller.agents.base import get_profile
 
-        continue_text, restart_argv = resume_actions(agent)
+        profile = get_profile(agent)
+        continue_text, restart_argv = profile.continue_text, list(profile.restart_argv or [])
         s = self.rt.settings
         if restart_argv:
             await term.press(tab.pane_id, "C-c")
@@ -317,7 +320,7 @@ class BoxWatcher:
                 return cmd in {"bash", "sh", "zsh", "fish", "dash", "ash", "ksh"}
             if not await term.wait_until(at_shell, s.restart_timeout_s):
                 return False, "pressed Ctrl-C twice but the agent did not exit"
-            await term.type_line(tab.pane_id, " ".join(restart_argv))
+            await term.type_line(tab.pane_id, shlex.join(restart_argv))
 
             async def agent_ready() -> bool:
                 if await at_shell():

@@ -22,7 +22,7 @@ import json
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from aiohttp import web
@@ -256,8 +256,18 @@ class ProviderEmulator:
     def _iso(dt: datetime | None) -> str | None:
         return dt.astimezone(timezone.utc).isoformat(timespec="microseconds") if dt else None
 
+    def _roll(self, acc: _Account) -> None:
+        """Like the real providers, a window whose reset instant has passed starts afresh at 0 %."""
+        now = self._now()
+        for name, length in (("five_hour", timedelta(hours=5)), ("weekly", timedelta(days=7)),
+                             ("monthly", timedelta(days=30))):
+            spec = getattr(acc, name)
+            if spec is not None and spec[1] is not None and spec[1] <= now:
+                setattr(acc, name, (0.0, now + length))
+
     def render_anthropic(self, acc: _Account) -> dict:
         """Anthropic ``/api/oauth/usage`` body for the account (shape of corpus U01/U02)."""
+        self._roll(acc)
 
         def win(spec: WindowSpec | None) -> dict | None:
             return None if spec is None else {"utilization": float(spec[0]), "resets_at": self._iso(spec[1])}
@@ -272,6 +282,7 @@ class ProviderEmulator:
 
     def render_openai(self, acc: _Account) -> dict:
         """ChatGPT ``/backend-api/wham/usage`` body for the account (shape of corpus W01/W02)."""
+        self._roll(acc)
         now = self._now()
 
         def win(spec: WindowSpec, seconds: int) -> dict:

@@ -1,0 +1,280 @@
+"""A whole emulated world in one process tree: the Kubernetes API emulator (with pod exec into
+per-pod tmux servers), the provider usage emulator, the real kopf operator in its own thread, and
+a "kubelet" that starts box pods as tmux sessions whose tabs run scripted (or real) agents.
+
+Used by the component tests and by `agentbox-controller demo`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import pathlib
+import shlex
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+
+from controller import constants as C
+from controller.crdgen import render_crds
+from controller.settings import Settings
+from controller.sim.kube import KubeEmulator, LocalExec, TmuxSockets
+from controller.sim.provider import ProviderEmulator
+
+
+def claude_login(token: str) -> str:
+    """A Claude Code `.credentials.json` for the emulator (far-future expiry)."""
+    return json.dumps({"claudeAiOauth": {
+        "accessToken": token, "refreshToken": f"{token}-refresh", "expiresAt": 4102444800000,
+        "scopes": ["user:inference", "user:profile"], "subscriptionType": "max"}})
+
+
+def codex_login(token: str, account: str) -> str:
+    """A Codex `auth.json` in ChatGPT mode for the emulator."""
+    return json.dumps({"auth_mode": "chatgpt", "OPENAI_API_KEY": None, "tokens": {
+        "id_token": "x.y.z", "access_token": token, "refresh_token": f"{token}-refresh", "account_id": account},
+        "last_refresh": "2026-01-01T00:00:00Z"})
+
+
+@dataclass
+class TabSpec:
+    """One tab of an emulated box pod: its tmux window name and the command typed at its shell."""
+
+    name: str
+    command: list[str]
+
+
+@dataclass
+class World:
+    """The emulated environment. Use `async with World(workdir, settings) as w:`.
+
+    Attributes:
+        workdir: scratch directory (pod sandboxes, logs, kubeconfig).
+        settings: operator settings (short intervals for tests and the demo).
+        namespace: the namespace the operator watches.
+    """
+
+    workdir: pathlib.Path
+    settings: Settings
+    namespace: str = "default"
+    kube: KubeEmulator = field(init=False)
+    provider: ProviderEmulator = field(init=False)
+    sockets: TmuxSockets = field(init=False)
+    local_exec: LocalExec = field(init=False)
+    kubeconfig: pathlib.Path = field(init=False)
+    _session: aiohttp.ClientSession | None = None
+    _thread: threading.Thread | None = None
+    _stop: threading.Event | None = None
+    _operator_error: BaseException | None = None
+
+    async def __aenter__(self) -> "World":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Start the API emulator and the provider emulator (not the operator)."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.sockets = TmuxSockets()
+        self.local_exec = LocalExec(self.workdir / "pods", self.sockets, timeout=30.0)
+        self.kube = KubeEmulator([], exec_handler=self.local_exec, namespaces=(self.namespace,))
+        for crd in render_crds().values():
+            self.kube.add_crd(crd)
+        await self.kube.start()
+        self.provider = ProviderEmulator()
+        await self.provider.start()
+        self.kubeconfig = self.kube.write_kubeconfig(self.workdir / "kubeconfig")
+        self.settings = self.settings.model_copy(update={
+            "anthropic_base_url": self.provider.url, "openai_base_url": self.provider.url, "metrics_port": 0})
+        self._session = aiohttp.ClientSession(base_url=self.kube.url)
+
+    async def stop(self) -> None:
+        """Stop the operator, the emulators and every tmux server."""
+        await self.stop_operator()
+        if self._session:
+            await self._session.close()
+        await self.provider.stop()
+        await self.kube.stop()
+        self.sockets.close()
+
+    # ------------------------------------------------------------------ operator
+    def start_operator(self) -> None:
+        """Run the real kopf operator (our handlers) in its own thread and event loop."""
+        import kopf
+
+        import controller.handlers  # noqa: F401
+
+        os.environ["KUBECONFIG"] = str(self.kubeconfig)
+        self._stop = threading.Event()
+        ready = threading.Event()
+        memo = kopf.Memo(settings=self.settings, kubeconfig=str(self.kubeconfig), no_metrics=True)
+
+        def run() -> None:
+            try:
+                asyncio.run(kopf.operator(standalone=True, namespaces=[self.namespace], memo=memo,
+                                          stop_flag=self._stop, ready_flag=ready))
+            except BaseException as exc:  # noqa: BLE001 - surfaced by stop_operator()
+                self._operator_error = exc
+                ready.set()
+
+        self._thread = threading.Thread(target=run, name="kopf-operator", daemon=True)
+        self._thread.start()
+        if not ready.wait(30):
+            raise RuntimeError("the operator did not start within 30 s")
+        if self._operator_error:
+            raise RuntimeError("the operator failed to start") from self._operator_error
+
+    async def stop_operator(self) -> None:
+        """Stop the operator thread (as a controller restart would) and wait for it."""
+        if self._thread is None or self._stop is None:
+            return
+        self._stop.set()
+        await asyncio.to_thread(self._thread.join, 30)
+        self._thread = None
+
+    # ------------------------------------------------------------------ API over HTTP
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST an object to the API emulator (e.g. path '/api/v1/namespaces/default/secrets')."""
+        assert self._session is not None
+        async with self._session.post(path, json=body) as resp:
+            data = await resp.json()
+            if resp.status >= 300:
+                raise RuntimeError(f"POST {path} -> {resp.status}: {data.get('message')}")
+            return data
+
+    async def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Merge-PATCH an object over HTTP."""
+        assert self._session is not None
+        async with self._session.patch(path, json=body,
+                                       headers={"Content-Type": "application/merge-patch+json"}) as resp:
+            data = await resp.json()
+            if resp.status >= 300:
+                raise RuntimeError(f"PATCH {path} -> {resp.status}: {data.get('message')}")
+            return data
+
+    def box_path(self, name: str = "") -> str:
+        """API path of the AgentBox collection, or of one box."""
+        base = f"/apis/{C.GROUP}/{C.VERSION}/namespaces/{self.namespace}/{C.AGENTBOX_PLURAL}"
+        return f"{base}/{name}" if name else base
+
+    async def add_secret(self, name: str, key: str, text: str) -> None:
+        """Create an Opaque Secret with one key."""
+        await self.create(f"/api/v1/namespaces/{self.namespace}/secrets", {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+            "data": {key: base64.b64encode(text.encode()).decode()}})
+
+    async def add_subscription(self, name: str, provider: str, secret: str, key: str, **spec: Any) -> None:
+        """Create a Subscription."""
+        await self.create(f"/apis/{C.GROUP}/{C.VERSION}/namespaces/{self.namespace}/{C.SUBSCRIPTION_PLURAL}", {
+            "apiVersion": C.API_VERSION, "kind": C.SUBSCRIPTION_KIND, "metadata": {"name": name},
+            "spec": {"provider": provider, "credentialsSecretRef": {"name": secret, "key": key}, **spec}})
+
+    async def add_box(self, name: str, agent: str, subscription: str | None, **spec: Any) -> None:
+        """Create an AgentBox with a one-container template."""
+        body_spec = {"agent": agent, "timeZone": "UTC",
+                     "template": {"spec": {"containers": [{"name": "box", "image": "agentbox-box:dev"}]}}, **spec}
+        if subscription:
+            body_spec["subscription"] = subscription
+        await self.create(self.box_path(), {"apiVersion": C.API_VERSION, "kind": C.AGENTBOX_KIND,
+                                            "metadata": {"name": name}, "spec": body_spec})
+
+    def box(self, name: str) -> dict[str, Any] | None:
+        """The stored AgentBox."""
+        return self.kube.get(C.AGENTBOX_PLURAL, self.namespace, name)
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Stored Events (optionally only those about object `name`)."""
+        evs = self.kube.objects("v1/events", self.namespace)
+        return [e for e in evs if name is None or (e.get("involvedObject") or {}).get("name") == name]
+
+    # ------------------------------------------------------------------ the kubelet
+    def pod_dir(self, pod: str) -> pathlib.Path:
+        """The sandbox directory standing for a pod's filesystem."""
+        return self.local_exec.workdir(self.namespace, pod)
+
+    def tmux(self, pod: str, *args: str) -> str:
+        """Run tmux against a pod's server (as the test, not through exec); returns stdout."""
+        import subprocess
+
+        sock = self.sockets(self.namespace, pod)
+        env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+        res = subprocess.run(["tmux", "-S", str(sock), *args], capture_output=True, text=True, env=env, timeout=10)
+        return res.stdout
+
+    async def run_pod(self, pod: str, tabs: list[TabSpec], shims: dict[str, list[str]] | None = None,
+                      timeout: float = 15.0) -> None:
+        """Play the kubelet: wait for the pod object, start its tmux session with one tab per
+        TabSpec (a shell that runs the command), then mark the pod Running.
+
+        `shims`: executables put on the tabs' PATH, {name: argv prefix} (e.g. a `codex` that runs
+        the fake agent), so `codex resume --last` typed by the controller finds them.
+        """
+        await self.kube.wait_for("v1/pods", self.namespace, pod, lambda o: o is not None, timeout=timeout)
+        root = self.pod_dir(pod)
+        bindir = root / "bin"
+        bindir.mkdir(parents=True, exist_ok=True)
+        for name, argv in (shims or {}).items():
+            path = bindir / name
+            path.write_text("#!/bin/sh\nexec " + shlex.join(argv) + ' "$@"\n')
+            path.chmod(0o755)
+        env_path = f"{bindir}:{os.environ.get('PATH', '')}"
+        for i, tab in enumerate(tabs):
+            log = root / f"{tab.name}.log"
+            env = ["-e", f"PATH={env_path}", "-e", f"AGENTBOX_FAKE_LOG={log}", "-e", "PS1=$ ",
+                   "-e", f"PYTHONPATH={pathlib.Path(__file__).resolve().parents[2]}"]
+            shell = ["bash", "--norc", "--noprofile"]
+            if i == 0:
+                self.tmux(pod, "new-session", "-d", "-s", C.TMUX_SESSION, "-x", "160", "-y", "45", "-n", tab.name,
+                          "-c", str(root), *env, *shell)
+            else:
+                self.tmux(pod, "new-window", "-d", "-t", f"={C.TMUX_SESSION}", "-n", tab.name, "-c", str(root),
+                          *env, *shell)
+            await asyncio.sleep(0.2)
+            self.tmux(pod, "send-keys", "-t", f"={C.TMUX_SESSION}:{tab.name}", "-l", shlex.join(tab.command))
+            self.tmux(pod, "send-keys", "-t", f"={C.TMUX_SESSION}:{tab.name}", "Enter")
+        await self.kube.set_pod_phase(self.namespace, pod, "Running")
+
+    def agent_log(self, pod: str, tab: str) -> list[dict[str, Any]]:
+        """What the fake agent in a tab recorded (keys, submitted lines, restarts)."""
+        path = self.pod_dir(pod) / f"{tab}.log"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def screen(self, pod: str, tab: str) -> str:
+        """The visible screen of a tab."""
+        return self.tmux(pod, "capture-pane", "-p", "-J", "-t", f"={C.TMUX_SESSION}:{tab}")
+
+
+def fake_agent_argv(agent: str, reset_epoch: float, *extra: str) -> list[str]:
+    """argv starting the scripted agent (see controller.sim.fake_agent)."""
+    return [sys.executable, "-m", "controller.sim.fake_agent", agent, "--reset-epoch", f"{reset_epoch:.3f}", *extra]
+
+
+async def eventually(probe: Callable[[], Any], timeout: float, every: float = 0.2,
+                     what: str = "condition") -> Any:
+    """Poll `probe` (sync or async) until it returns a truthy value; raise TimeoutError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(every)
+
+
+def utc_in(seconds: float) -> datetime:
+    """An instant `seconds` from now (UTC)."""
+    return datetime.fromtimestamp(time.time() + seconds, tz=timezone.utc)
