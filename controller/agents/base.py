@@ -28,6 +28,7 @@ __all__ = [
     "UnknownAgent",
     "detect",
     "get_profile",
+    "resume_actions",
     "lp",
     "GENERIC_AWAITING",
     "GENERIC_WORKING_HINTS",
@@ -205,3 +206,16 @@ def detect(
         ValueError: ``now`` is naive.
     """
     return detect_screen(get_profile(agent), screen, now, tz, user_patterns)
+
+
+def resume_actions(agent: str) -> tuple[str, list[str] | None]:
+    """Keys the controller uses to resume ``agent``: (continue text, restart argv or None).
+
+    Claude Code: ("continue", None) - it reads the new login before every request.
+    Codex: ("continue", ["codex", "resume", "--last"]) - restart in the tab's cwd, then continue.
+
+    Raises:
+        UnknownAgent: no profile for ``agent``.
+    """
+    profile = get_profile(agent)
+    return profile.continue_text, list(profile.restart_argv) if profile.restart_argv else None

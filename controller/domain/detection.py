@@ -52,6 +52,7 @@ __all__ = [
 MAX_LINES = 60          # only the last 60 joined lines are read (live bottom + user-pattern guard)
 MAX_PATTERN_CHARS = 500  # user patterns longer than this are refused
 _MAX_LINE_CHARS = 2000   # user patterns see at most this much of one line
+_MAX_JOIN_ROWS = 6       # a wrapped message rarely spans more rows; keeps plain output lines apart
 
 USER_PATTERN_GROUPS = frozenset(
     {"epoch", "year", "month", "day", "hour", "minute", "ampm", "zone",
@@ -157,6 +158,7 @@ class JoinedLine:
     in_box: bool
     first: int
     last: int
+    rows: int = 1
 
 
 # A row starting like this begins a new logical line (it is not a wrapped continuation).
@@ -171,9 +173,10 @@ def join_lines(rows: Sequence[ScreenLine]) -> list[JoinedLine]:
     """Join rows that continue a sentence wrapped by the terminal.
 
     A text row is appended to the previous text row (same box side) unless it starts like a new
-    item (a glyph such as ⎿ ● ⏺ ■ ⚠ • › ❯ >, a numbered option, "ERROR:", "Press …"), or the previous
-    row ends with "?" (a question is followed by its options). Blank rows, borders and rules end a
-    logical line and are not returned.
+    item (a glyph such as ⎿ ● ⏺ ■ ⚠ • › ❯ >, a numbered option, "ERROR:", "Press …"), the previous
+    row ends with "?" (a question is followed by its options), the previous row ends a sentence and
+    the row starts a new one with a capital, or the logical line already spans 6 rows. Blank rows,
+    borders and rules end a logical line and are not returned.
     """
     out: list[JoinedLine] = []
     current: JoinedLine | None = None
@@ -188,8 +191,11 @@ def join_lines(rows: Sequence[ScreenLine]) -> list[JoinedLine]:
             and current.in_box == row.in_box
             and not _STARTER.match(row.text)
             and not current.text.endswith("?")
+            and not (current.text[-1:] in ".!" and row.text[:1].isupper())
+            and current.rows < _MAX_JOIN_ROWS
         ):
-            current = JoinedLine(f"{current.text} {row.text}", current.in_box, current.first, row.index)
+            current = JoinedLine(f"{current.text} {row.text}", current.in_box, current.first, row.index,
+                                 current.rows + 1)
             continue
         if current:
             out.append(current)

@@ -174,8 +174,12 @@ def from_parts(
             candidate = date(year, month, day_n) if _valid(year, month, day_n) else None
             if candidate is None or candidate < today:
                 year += 1
-                while not _valid(year, month, day_n):  # Feb 29 -> next leap year
+                for _ in range(8):  # Feb 29 -> next leap year; Feb 30 never exists
+                    if _valid(year, month, day_n):
+                        break
                     year += 1
+                else:
+                    return None
                 candidate = date(year, month, day_n)
             return _local(zone, candidate, hour, minute)
     except ValueError:

@@ -1,0 +1,96 @@
+"""`agentbox-controller detect`: say what a pasted tab screen means, as one JSON object.
+
+    agentbox-controller detect --agent {claude-code,codex,...} [--now ISO] [--tz ZONE]
+                               [--pattern REGEX ...] [FILE|-]
+
+stdout: ``Detection.to_json()`` on one line, e.g. ``{"state": "rate_limited", "kind": "usage",
+"resets_at": "2026-02-04T03:00:00Z", ...}`` (UTC). Errors: one line on stderr; exit 2 for bad
+arguments (unreadable file, naive/invalid --now, invalid --pattern), 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+from controller.agents.base import PROFILES, UnknownAgent, detect
+from controller.domain.detection import InvalidPattern, compile_user_pattern
+
+__all__ = ["add_detect_parser", "run_detect"]
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+
+def add_detect_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``detect`` sub-command to an ``argparse`` subparsers object; sets ``func=run_detect``."""
+    p = subparsers.add_parser(
+        "detect",
+        help="detect the state of a pasted agent screen (prints one JSON object)",
+        description="Read a tab screen (tmux capture-pane -p text) and print what it means as JSON.",
+    )
+    p.add_argument("--agent", required=True, choices=sorted(PROFILES), help="agent CLI that drew the screen")
+    p.add_argument("--now", default=None,
+                   help="instant the screen was seen, ISO 8601 with offset or Z (default: the current time)")
+    p.add_argument("--tz", default=None,
+                   help="the box's IANA zone for lines that print none (default: $TZ, else UTC)")
+    p.add_argument("--pattern", action="append", default=[], metavar="REGEX",
+                   help="extra user pattern (named groups: epoch, year, month, day, hour, minute, ampm, "
+                        "zone, rel_days, rel_hours, rel_minutes); repeatable")
+    p.add_argument("file", nargs="?", default="-", help="screen file, or - for stdin (default)")
+    p.set_defaults(func=run_detect)
+    return p
+
+
+def _parse_now(text: str | None) -> datetime:
+    if not text:
+        return datetime.now(timezone.utc)
+    value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    if value.tzinfo is None:
+        raise ValueError("needs an offset or Z (e.g. 2026-05-01T10:00:00Z)")
+    return value
+
+
+def run_detect(ns: argparse.Namespace) -> int:
+    """Run ``detect`` for parsed arguments ``ns`` (agent, now, tz, pattern, file).
+
+    Prints one JSON object (``Detection.to_json()``, instants in UTC) to stdout.
+
+    Returns:
+        0 on success; 2 for an unknown agent, an unreadable file, a bad ``--now`` or an invalid
+        ``--pattern`` (one line on stderr).
+    """
+    try:
+        now = _parse_now(getattr(ns, "now", None))
+    except ValueError as exc:
+        print(f"detect: --now: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    tz = getattr(ns, "tz", None) or os.environ.get("TZ") or "UTC"
+    patterns = []
+    for i, text in enumerate(getattr(ns, "pattern", None) or []):
+        try:
+            patterns.append(compile_user_pattern(text, field_path=f"--pattern[{i}]"))
+        except InvalidPattern as exc:
+            print(f"detect: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    path = getattr(ns, "file", "-") or "-"
+    try:
+        if path == "-":
+            screen = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                screen = fh.read()
+    except OSError as exc:
+        print(f"detect: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        result = detect(ns.agent, screen, now, tz, patterns)
+    except UnknownAgent as exc:
+        print(f"detect: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(json.dumps(result.to_json(), ensure_ascii=False))
+    return EXIT_OK
