@@ -520,3 +520,33 @@ def test_registry_and_action_data():
 def test_naive_now_is_refused():
     with pytest.raises(ValueError):
         detect_screen(get_profile("codex"), "x", datetime(2026, 5, 1), "UTC")
+
+
+def test_bare_limit_line_with_prompt_glyph_is_not_a_prompt():
+    screen = "⏺ Read(src/parser.py)\n  ⎿  Read 214 lines\n\n> You've hit your limit · resets Mar 15 at 12pm (Europe/London)"
+    result = run("claude-code", screen, "2026-03-14T12:00:00Z", "America/New_York")
+    assert result.state is TabState.RATE_LIMITED, result.to_json()
+    assert result.prompt_text is None
+    assert_reset(result, "2026-03-15T12:00:00Z")
+
+
+def test_large_screen_reads_only_the_bottom():
+    noise = "\n".join(f"⏺ Step {i} done." for i in range(5000))
+    screen = claude(noise + "\n\n  ⎿  You've hit your limit · resets 3pm (UTC)")
+    result = run("claude-code", screen, "2026-05-01T10:00:00Z")
+    assert result.state is TabState.RATE_LIMITED
+    assert_reset(result, "2026-05-01T15:00:00Z")
+
+
+def test_echoed_prompt_box_above_a_menu_is_not_the_input():
+    screen = "\n".join([
+        f"╭{BOX}╮", "│ > Refactor the parser module and add tests" + " " * 17 + "│", f"╰{BOX}╯", "",
+        "  ⎿  You've hit your 5-hour limit · resets 6:15pm (UTC)", "",
+        " What do you want to do?", "",
+        " ❯ 1. Upgrade your plan", "   2. Stop and wait for limit to reset", "   3. Switch to usage credits", "",
+        " Enter to confirm · Esc to cancel",
+    ])
+    result = run("claude-code", screen, "2026-11-30T18:15:00Z")
+    assert result.state is TabState.RATE_LIMITED, result.to_json()
+    assert result.limit_menu is True and result.menu_choice == 2
+    assert result.prompt_text is None

@@ -41,7 +41,9 @@ def parse_input(rows: Sequence[ScreenLine]) -> InputBox | None:
 
     Accepts the boxed prompt ``╭─╮ / │ > text │ / ╰─╯`` (1.x-2.0), the ruled prompt
     ``──── / > text / ────`` (2.1) and a bare ``> text`` row followed only by footer rows.
-    Only the last box on the screen is considered (a permission box hides the input).
+    Only the last box on the screen is considered (a permission box hides the input), and only
+    when the rows below it are footer rows (an echoed prompt box above output or a menu is not
+    the input).
 
     Returns:
         :class:`InputBox` (text "" when empty or a ``Try "…"`` placeholder) or None.
@@ -59,6 +61,9 @@ def parse_input(rows: Sequence[ScreenLine]) -> InputBox | None:
         if top < 0 or rows[top].kind != "box_top":
             return None
         inner = [r for r in rows[top + 1:pos] if r.kind == "text"]
+        tail = [r for r in rows[pos + 1:] if r.kind == "text"]
+        if any(_FOOTER_BAD.match(r.text) for r in tail):
+            return None  # output or a menu below the box: it is an echoed prompt, not the input
         if inner and _PROMPT.match(inner[0].text) and not _NUMBERED.match(inner[0].text):
             return InputBox(rows[top].index, rows[pos].index, _text(inner))
         return None
@@ -85,7 +90,7 @@ def parse_input(rows: Sequence[ScreenLine]) -> InputBox | None:
 
 
 _FOOTER_START = re.compile(r"^(?:\?\s+for shortcuts|⏵|esc to|Continuing shortly|[─━]{3,})", re.IGNORECASE)
-_FOOTER_BAD = re.compile(r"^[⏺●⎿✶✻✽✢✳]")
+_FOOTER_BAD = re.compile(r"^(?:[⏺●⎿✶✻✽✢✳■•›❯>]|\d{1,2}[.)]\s|What do you want|Do you want|Enter to confirm|Esc to cancel)")
 
 
 def _text(rows: Sequence[ScreenLine]) -> str:
@@ -165,7 +170,7 @@ PROFILE = Profile(
     ),
     stop_option=re.compile(r"Stop and wait for (?:the )?limit to reset", re.IGNORECASE),
     progress=re.compile(r"^[⏺●⎿]\s*\S"),
-    user_echo=re.compile(r"^>\s*\S"),
+    user_echo=re.compile(r"^[>❯]\s*\S"),
     find_input=parse_input,
     working_adjacent=False,
     continue_text="continue",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -307,13 +307,11 @@ class _Info:
     cursor: bool = False
     progress: bool = False
     user: bool = False
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 _PREFIX = re.compile(r"^[\s⎿●⏺■🖐\ufe0f⚠•◦>❯›│▌✗✘×!*\-]*")
 _QUOTES_OPEN = "“«‘"
 _OPTION = re.compile(r"^(?P<cursor>[❯›>▸▶]\s*)?(?P<num>\d{1,2})[.)]\s+(?P<text>.+)$")
-_SEP = re.compile(r"\s+")
 
 
 def _window_of(text: str | None) -> str | None:
@@ -471,6 +469,11 @@ def detect_screen(
         raise ValueError("now must be timezone-aware")
     rows = normalize_lines(screen)
     box = profile.find_input(rows) if profile.find_input else None
+    if box is not None and box.text:
+        # a bare "> You've hit your limit · …" row is a limit line, not a half-typed prompt (corpus C23)
+        probe = _classify(profile, 0, JoinedLine(box.text, False, box.start, box.end), now, tz, ())
+        if probe.event is not None:
+            box = None
     content = rows[: _pos(rows, box.start)] if box else rows
     footer = rows[_pos(rows, box.end) + 1:] if box else []
     joined = join_lines(content)[-MAX_LINES:]

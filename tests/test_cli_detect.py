@@ -1,0 +1,100 @@
+"""The `agentbox-controller detect` command: a pasted screen in, one JSON object out."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.cli_detect import add_detect_parser, run_detect
+
+pytestmark = pytest.mark.unit
+
+SCREEN = """\
+⏺ Read(src/parser.py)
+  ⎿  Read 214 lines (ctrl+r to expand)
+
+  ⎿  You've hit your limit · resets 10pm (America/New_York)
+
+╭──────────────────────────────────────────────────────────────╮
+│ > half typed                                                 │
+╰──────────────────────────────────────────────────────────────╯
+  ? for shortcuts
+"""
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="agentbox-controller")
+    add_detect_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(["detect", *argv])
+
+
+def test_detect_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    screen = tmp_path / "screen.txt"
+    screen.write_text(SCREEN, encoding="utf-8")
+    ns = _parse(["--agent", "claude-code", "--now", "2026-02-03T20:00:00Z", "--tz", "UTC", str(screen)])
+    assert ns.func is run_detect
+    assert run_detect(ns) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    result = json.loads(out)
+    assert result["state"] == "rate_limited"
+    assert result["kind"] == "usage"
+    assert result["resets_at"] == "2026-02-04T03:00:00Z"
+    assert result["prompt_text"] == "half typed"
+    assert result["detected_by"] == "pattern:claude-code/hit-your-limit"
+
+
+def test_detect_stdin_codex_box_zone(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    screen = "■ You've hit your usage limit. Try again at 2:57 PM.\n\n› Ask Codex to do anything\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(screen))
+    assert run_detect(_parse(["--agent", "codex", "--now", "2026-04-05T10:00:00+00:00", "--tz", "America/New_York"])) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["resets_at"] == "2026-04-05T18:57:00Z"
+    assert result["prompt_text"] == ""
+
+
+def test_detect_user_pattern(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("quota hit until 17:30\n"))
+    ns = _parse(["--agent", "shell", "--now", "2026-05-01T10:00:00Z",
+                 "--pattern", r"quota hit until (?P<hour>\d+):(?P<minute>\d\d)"])
+    assert run_detect(ns) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["state"] == "rate_limited" and result["resets_at"] == "2026-05-01T17:30:00Z"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--agent", "codex", "--now", "2026-05-01T10:00:00"], "--now"),
+    (["--agent", "codex", "--now", "yesterday"], "--now"),
+    (["--agent", "codex", "--pattern", "(oops"], "--pattern[0]"),
+    (["--agent", "codex", "/nonexistent/screen.txt"], "cannot read"),
+])
+def test_detect_bad_input(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_detect(_parse(argv)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert message in captured.err
+
+
+def test_detect_unknown_agent_is_refused_by_argparse() -> None:
+    with pytest.raises(SystemExit):
+        _parse(["--agent", "aider"])
+
+
+def test_detect_subprocess(tmp_path: Path) -> None:
+    code = (
+        "import sys; from controller.cli_detect import run_detect, add_detect_parser; import argparse;"
+        "p = argparse.ArgumentParser(); add_detect_parser(p.add_subparsers());"
+        "sys.exit(run_detect(p.parse_args(sys.argv[1:])))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "detect", "--agent", "claude-code", "--now", "2026-02-03T20:00:00Z", "-"],
+        input=SCREEN, capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1],
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["resets_at"] == "2026-02-04T03:00:00Z"
