@@ -178,3 +178,12 @@ def test_no_reset_on_screen_checks_usage_at_once_and_waits_for_its_reset():
 def test_margin_bound_is_enforced():
     with pytest.raises(ValueError):
         ResumeConfig(margin_s=31)
+
+
+def test_auto_continue_keeps_its_grace_after_a_reset_not_yet():
+    rec = plan_tab(TabRecord("t"), limited(auto_continue=True), None, T0, CFG).record
+    due = RESET + timedelta(seconds=121)
+    later = RESET + timedelta(minutes=3)
+    usage = Usage({"five_hour": Window("five_hour", 100.0, later)}, read_at=due)
+    plan = after_usage(rec, usage_verdict(usage, "five_hour", due), due, CFG)
+    assert plan.record.resume_at == later + timedelta(seconds=120)

@@ -282,10 +282,12 @@ def after_usage(rec: TabRecord, verdict: UsageVerdict, now: datetime, cfg: Resum
     """
     if not verdict.reset:
         assert verdict.new_reset is not None
-        resume_at = verdict.new_reset + timedelta(seconds=cfg.margin_s)
+        wait = cfg.auto_continue_grace_s if rec.auto_continue else cfg.margin_s
+        resume_at = verdict.new_reset + timedelta(seconds=wait)
+        who = "Claude Code continues by itself; checking at" if rec.auto_continue else "resuming at"
         return TabPlan(replace(
             rec, phase=Phase.RATE_LIMITED, resets_at=verdict.new_reset, resume_at=resume_at,
-            message=f"Not reset yet ({verdict.reason}); resuming at {resume_at:%H:%M:%S} UTC",
+            message=f"Not reset yet ({verdict.reason}); {who} {resume_at:%H:%M:%S} UTC",
         ), wake_at=resume_at, event="ResetNotYet")
     if rec.resets_at is None and not verdict.known:
         return unknown_reset_plan(rec, now, cfg)

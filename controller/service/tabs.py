@@ -270,9 +270,9 @@ class BoxWatcher:
         if ok:
             self.post_event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset")
             return replace(nxt, record=replace(nxt.record, message=f"Resumed: {how}"))
-        self.post_event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}; the tab did not react")
+        self.post_event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
         return replace(nxt, record=replace(nxt.record, phase=Phase.NEEDS_ATTENTION,
-                                           message=f"{how}, but the tab did not react; a human should look"),
+                                           message=f"{how}; a human should look"),
                        wake_at=None)
 
     async def _fresh_usage(self, spec: AgentBoxSpec, rec: TabRecord):
@@ -335,7 +335,7 @@ class BoxWatcher:
         moved = await term.wait_changed(tab.pane_id, before, s.verify_timeout_s)
         how = (f"restarted with '{' '.join(restart_argv)}' and sent '{continue_text}'" if restart_argv
                else f"sent '{continue_text}'")
-        return moved, how
+        return moved, how if moved else f"{how} but the screen did not change"
 
     async def _write_status(self, body: dict[str, Any], spec: AgentBoxSpec, tabs: list[Any] | None,
                             problem: str | None) -> None:

@@ -262,7 +262,6 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: `python -m controller.sim.fake_agent AGENT [options]` (or a `codex` shim)."""
     p = argparse.ArgumentParser()
     p.add_argument("agent", choices=["claude-code", "codex"])
-    p.add_argument("rest", nargs="*", help="arguments the real CLI would get (e.g. resume --last)")
     p.add_argument("--reset-epoch", type=float, required=True, help="the usage reset instant, epoch seconds")
     p.add_argument("--zone", default="UTC", help="the agent's local zone")
     p.add_argument("--auto-continue", action="store_true", help="Claude Code: native wait at the limit")
@@ -273,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt", action="store_true", help="open a permission prompt instead of hitting the limit")
     p.add_argument("--work-seconds", type=float, default=60.0, help="how long it works after continuing")
     p.add_argument("--resumed", action="store_true", help=argparse.SUPPRESS)
-    ns = p.parse_args(argv)
+    ns, rest = p.parse_known_args(argv)
+    ns.rest = rest  # arguments the real CLI would get (e.g. resume --last)
     if ns.rest[:1] == ["resume"]:
         ns.resumed = True
     _log("start", argv=ns.rest)

@@ -229,9 +229,10 @@ class World:
         env_path = f"{bindir}:{os.environ.get('PATH', '')}"
         for i, tab in enumerate(tabs):
             log = root / f"{tab.name}.log"
-            env = ["-e", f"PATH={env_path}", "-e", f"AGENTBOX_FAKE_LOG={log}", "-e", "PS1=$ ",
+            env = ["-e", f"AGENTBOX_FAKE_LOG={log}", "-e", "PS1=$ ",
                    "-e", f"PYTHONPATH={pathlib.Path(__file__).resolve().parents[2]}"]
-            shell = ["bash", "--norc", "--noprofile"]
+            # tmux gives new panes the client's PATH, so PATH is set by `env` in the pane itself.
+            shell = ["env", f"PATH={env_path}", "bash", "--norc", "--noprofile"]
             if i == 0:
                 self.tmux(pod, "new-session", "-d", "-s", C.TMUX_SESSION, "-x", "160", "-y", "45", "-n", tab.name,
                           "-c", str(root), *env, *shell)
@@ -278,3 +279,48 @@ async def eventually(probe: Callable[[], Any], timeout: float, every: float = 0.
 def utc_in(seconds: float) -> datetime:
     """An instant `seconds` from now (UTC)."""
     return datetime.fromtimestamp(time.time() + seconds, tz=timezone.utc)
+
+
+class Human:
+    """A person at the keyboard: a real `tmux attach` client on a pseudo-terminal, so keys move
+    tmux's `client_activity` exactly as typing does (send-keys does not)."""
+
+    def __init__(self, world: World, pod: str) -> None:
+        import pty
+        import subprocess
+
+        self._master, slave = pty.openpty()
+        env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+        env["TERM"] = "xterm-256color"
+        self._proc = subprocess.Popen(
+            ["tmux", "-S", str(world.sockets(world.namespace, pod)), "attach", "-t", f"={C.TMUX_SESSION}"],
+            stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+        os.close(slave)
+        self._alive = True
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        while self._alive:
+            try:
+                if not os.read(self._master, 65536):
+                    break
+            except OSError:
+                break
+
+    def type(self, text: str) -> None:
+        """Type characters (\\r is Enter, \\x7f is Backspace)."""
+        os.write(self._master, text.encode())
+
+    def close(self) -> None:
+        """Detach and stop the client."""
+        self._alive = False
+        self._proc.terminate()
+        try:
+            self._proc.wait(5)
+        except Exception:  # noqa: BLE001
+            self._proc.kill()
+        try:
+            os.close(self._master)
+        except OSError:
+            pass
