@@ -112,15 +112,18 @@ class BoxWatcher:
             spec = AgentBoxSpec.model_validate(body.get("spec") or {})
         except ValidationError:
             return s.scan_interval_s  # the reconcile handler reports the invalid spec
+        pod = await self.rt.kube.get_pod(self.namespace, pod_name(self.name))
+        phase = ((pod or {}).get("status") or {}).get("phase")
         if spec.agent not in C.SUPPORTED_SUBSCRIPTION_AGENTS or not spec.subscription:
+            await self._write_ready(body, phase)  # limit features are off for this agent
             return s.scan_interval_s
         if self.records is None:
             self.records = {t["name"]: record_from_status(t) for t in (body.get("status") or {}).get("tabs") or []
                             if t.get("name")}
             self.tab_ids = {t["name"]: t.get("id", "") for t in (body.get("status") or {}).get("tabs") or []
                             if t.get("name")}
-        pod = await self.rt.kube.get_pod(self.namespace, pod_name(self.name))
-        if not pod or (pod.get("status") or {}).get("phase") != "Running":
+        if not pod or phase != "Running":
+            await self._write_ready(body, phase)
             return s.scan_interval_s
         container = box_container(pod.get("spec") or {}, spec.container)
         if container is None:
@@ -233,7 +236,8 @@ class BoxWatcher:
             metrics.DETECTIONS.labels(self.namespace, spec.agent, (det.detected_by or "").split(":")[0],
                                       det.kind.value if det.kind else "").inc()
             when = f"resets {rfc3339(det.resets_at)}" if det.resets_at else "no reset time on screen"
-            self.post_event("Normal", "LimitDetected", f"Tab {tab.name}: usage limit ({when}); {rec.message}")
+            nxt = rec.message or "the reset has passed; checking the subscription's usage now"
+            self.post_event("Normal", "LimitDetected", f"Tab {tab.name}: usage limit ({when}); {nxt}")
         elif plan.event in ("ResumeNotTakingEffect", "PromptNotEmpty", "OutOfCredits", "NeedsAttention"):
             self.post_event("Warning", plan.event, f"Tab {tab.name}: {rec.message}")
         elif plan.event == "LimitCameBack":
@@ -337,6 +341,28 @@ class BoxWatcher:
                else f"sent '{continue_text}'")
         return moved, how if moved else f"{how} but the screen did not change"
 
+    def _ready_conditions(self, body: dict[str, Any], conds: list[dict[str, Any]], phase: str | None) -> list[dict[str, Any]]:
+        """Ready follows the pod once the reconcile succeeded (it owns the failure reasons)."""
+        current = next((c for c in conds if c.get("type") == C.COND_READY), None)
+        if current and current.get("reason") not in (C.R_RECONCILED, C.R_POD_PENDING):
+            return conds
+        gen = (body.get("metadata") or {}).get("generation")
+        if phase == "Running":
+            return set_condition(conds, C.COND_READY, True, C.R_RECONCILED, "Pod running; tabs are watched",
+                                 self.rt.clock(), gen)
+        if phase is None:
+            return conds
+        return set_condition(conds, C.COND_READY, False, C.R_POD_PENDING,
+                             f"Pod {pod_name(self.name)} is {phase}", self.rt.clock(), gen)
+
+    async def _write_ready(self, body: dict[str, Any], phase: str | None) -> None:
+        """Patch only the Ready condition (boxes whose tabs are not watched, or pods not running)."""
+        self._phase = phase
+        conds = list((body.get("status") or {}).get("conditions") or [])
+        new = self._ready_conditions(body, conds, phase)
+        if new != conds:
+            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, {"conditions": new})
+
     async def _write_status(self, body: dict[str, Any], spec: AgentBoxSpec, tabs: list[Any] | None,
                             problem: str | None) -> None:
         """Patch status.tabs, state, resumeAt and the RateLimited/NeedsAttention conditions when changed."""
@@ -347,7 +373,7 @@ class BoxWatcher:
         resume_ats = [r.resume_at for r in records if r.resume_at]
         now = self.rt.clock()
         gen = (body.get("metadata") or {}).get("generation")
-        conds = list((body.get("status") or {}).get("conditions") or [])
+        conds = self._ready_conditions(body, list((body.get("status") or {}).get("conditions") or []), "Running")
         if limited:
             conds = set_condition(conds, C.COND_RATE_LIMITED, True, C.R_WAITING_FOR_RESET,
                                   f"{len(limited)} tab(s) wait for a usage reset", now, gen)
