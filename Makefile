@@ -29,7 +29,7 @@ demo: venv
 
 test: venv
 	mkdir -p tmp
-	$(PY) -m pytest -q --basetemp=tmp/pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs --basetemp=tmp/pytest $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest -q -m unit $(PYTEST_ARGS)

@@ -453,6 +453,21 @@ def _merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+_BUNDLED: str | None = None
+
+
+def _bundled_resources() -> str:
+    """kmock's catalogue of built-in resources (K3s), read once; ``ResourcesArray.load_bundled`` would
+    raise a DeprecationWarning (``importlib.resources.read_binary``) under ``-W error``."""
+    global _BUNDLED
+    if _BUNDLED is None:
+        import gzip
+        import importlib.resources
+        data = importlib.resources.files("kmock._internal").joinpath("resources.json.gz").read_bytes()
+        _BUNDLED = gzip.decompress(data).decode("utf-8")
+    return _BUNDLED
+
+
 # --------------------------------------------------------------------------------------------------------
 # The emulator
 # --------------------------------------------------------------------------------------------------------
@@ -494,7 +509,7 @@ class KubeEmulator:
         self.exec_journal: list[ExecRecord] = []
         self.server_errors: list[BaseException] = []
         self.discovery = kmock.KubernetesScaffold()
-        self.discovery.resources.load_bundled()
+        self.discovery.resources.load_data(_bundled_resources())
         self._store: dict[_Key, JsonObj] = {}
         self._schemas: dict[kmock.resource, jsonschema.protocols.Validator] = {}
         self._custom: set[kmock.resource] = set()
@@ -718,6 +733,8 @@ class KubeEmulator:
 
     async def _route(self, raw: aiohttp.web.BaseRequest, entry: JournalEntry) -> aiohttp.web.StreamResponse:
         p = _parse_path(raw.path)
+        if p is None and raw.path.rstrip("/") == "/api/v1":
+            return self._serve_core_discovery()  # kmock 0.8 answers groupVersion "/v1" here
         if p is None:  # discovery: kmock's scaffold
             response = await self.discovery(raw)
             self.discovery._requests.clear()  # no history: kmock matches against it (quadratic)
@@ -762,6 +779,24 @@ class KubeEmulator:
             key = (res, p.namespace or "", p.name)
             return aiohttp.web.json_response(self._delete(res, key, body if isinstance(body, dict) else {}))
         raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource")
+
+    def _serve_core_discovery(self) -> aiohttp.web.Response:
+        resources = []
+        for res in sorted((r for r in self.discovery.resources if r.group == "" and r.version == "v1"),
+                          key=lambda r: str(r.plural)):
+            info = self._info(res)
+            for sub in ["", *sorted(info.subresources)]:
+                resources.append({
+                    "name": f"{res.plural}/{sub}" if sub else res.plural,
+                    "singularName": info.singular or "" if not sub else "",
+                    "namespaced": bool(info.namespaced),
+                    "kind": info.kind,
+                    "verbs": (sorted(info.verbs) if not sub else ["get", "patch", "update"]
+                              if sub in ("status", "finalize") else ["create", "get"]),
+                    **({"shortNames": sorted(info.shortnames)} if info.shortnames and not sub else {}),
+                })
+        return aiohttp.web.json_response({"kind": "APIResourceList", "apiVersion": "v1",
+                                          "groupVersion": "v1", "resources": resources})
 
     @staticmethod
     async def _read_body(raw: aiohttp.web.BaseRequest) -> Any:
