@@ -55,6 +55,7 @@ import pathlib
 import re
 import secrets as _secrets
 import shutil
+import signal
 import string
 import subprocess
 import tempfile
@@ -198,11 +199,22 @@ class LocalExec:
         try:
             out, err = await asyncio.wait_for(proc.communicate(stdin), self.timeout)
         except TimeoutError:
-            proc.kill()
-            await proc.wait()
+            await self._kill(proc)
             return b"", f"exec: killed after {self.timeout}s\n".encode(), 137
+        except asyncio.CancelledError:  # the emulator stops: leave no process behind
+            await self._kill(proc)
+            raise
         rc = proc.returncode if proc.returncode is not None else 1
         return out, err, rc if rc >= 0 else 128 - rc
+
+    @staticmethod
+    async def _kill(proc: asyncio.subprocess.Process) -> None:
+        """Kill the command's whole process group (it runs in its own session) and reap it."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        await proc.wait()
 
     def release(self, namespace: str, pod: str) -> None:
         """The pod is gone: kill its tmux server and remove its sandbox directory."""
@@ -520,6 +532,7 @@ class KubeEmulator:
         self._event_log_size = event_log_size
         self._changed = asyncio.Event()
         self._stopping = False
+        self._exec_tasks: set[asyncio.Future[tuple[bytes, bytes, int]]] = set()
         self._runner: aiohttp.web.ServerRunner | None = None
         self._port: int | None = None
         self._crd_res = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
@@ -555,6 +568,10 @@ class KubeEmulator:
         """End all watch streams and stop serving (idempotent)."""
         self._stopping = True
         self._notify()
+        tasks = list(self._exec_tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -695,16 +712,32 @@ class KubeEmulator:
 
         Raises ``TimeoutError`` with the last seen state after ``timeout`` seconds.
         """
+        seen: list[JsonObj | None] = [None]
+
+        def check() -> bool:
+            seen[0] = self.get(resource, namespace, name)
+            return predicate(seen[0])
+        try:
+            await self.wait_until(check, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"condition not met for {resource} {namespace}/{name}; "
+                               f"last state: {seen[0]}") from None
+        return seen[0]
+
+    async def wait_until(self, condition: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Wait until ``condition()`` is true, re-checking after every stored change (no polling sleeps).
+
+        Raises ``TimeoutError`` after ``timeout`` seconds.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             changed = self._changed
-            obj = self.get(resource, namespace, name)
-            if predicate(obj):
-                return obj
+            if condition():
+                return
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise TimeoutError(f"condition not met for {resource} {namespace}/{name}; last state: {obj}")
+                raise TimeoutError("condition not met")
             try:
                 await asyncio.wait_for(changed.wait(), remaining)
             except TimeoutError:
@@ -1154,8 +1187,11 @@ class KubeEmulator:
         protocol = ws.ws_protocol or ""
         want_stdin = raw.query.get("stdin") in ("true", "1")
         stdin = await self._read_stdin(ws, protocol) if want_stdin else None
+        task = asyncio.ensure_future(self.exec_handler(namespace, name, container, argv, stdin))
+        self._exec_tasks.add(task)
+        task.add_done_callback(self._exec_tasks.discard)
         try:
-            out, err, rc = await self.exec_handler(namespace, name, container, argv, stdin)
+            out, err, rc = await task
         except Exception as exc:
             logger.exception("exec handler failed")
             out, err, rc = b"", f"exec handler failed: {exc!r}\n".encode(), 126

@@ -1,0 +1,195 @@
+"""The one audited pod-exec function: argv only, named container, no TTY, timeouts, sanitized errors and logs.
+
+Every command the controller runs inside a box pod goes through :func:`pod_exec` (blocking, for sync code
+and threads) or :func:`apod_exec` (the same in a worker thread, for asyncio code).
+
+Security rules kept here and nowhere else:
+
+* argv is a list of ``str`` run without a shell (a ``str`` raises ``TypeError``, so nothing gets split or
+  interpolated by accident);
+* the log (logger ``agentbox.exec``) carries namespace, pod, container, ``argv[0]``, rc and duration only —
+  never stdout, stderr, the other argv items or exception text, which can all hold tokens;
+* :class:`ExecError` messages follow the same rule; the original exception is not chained.
+
+Concurrency: ``kubernetes.stream.stream`` temporarily replaces ``api_client.call_api`` on the client it is
+given, so two threads sharing an ``ApiClient`` could leave it patched.  Each call therefore builds its own
+``ApiClient`` from the shared ``Configuration`` (cheap: no connection is opened until the websocket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import re
+import time
+from typing import Any
+
+import kubernetes.client
+import kubernetes.stream
+from kubernetes.client.rest import ApiException
+
+logger = logging.getLogger("agentbox.exec")
+
+_HANDSHAKE_STATUS = re.compile(r"Handshake status (\d{3})")
+_STATUS_CHANNEL = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecResult:
+    """What a command printed (decoded as UTF-8, invalid bytes replaced) and its exit code."""
+
+    stdout: str
+    stderr: str
+    rc: int
+
+
+class ExecError(Exception):
+    """The command could not be run or its result could not be read (transport failure, missing pod,
+    timeout).  A command that ran and failed is NOT an ExecError: it is an :class:`ExecResult` with rc != 0.
+
+    ``status`` is the HTTP status of a refused handshake (404: no such pod; 400: container invalid or pod
+    not running), else ``None``.  ``reason`` is a short constant: ``"handshake"``, ``"transport"``,
+    ``"timeout"``, ``"protocol"`` or the API ``reason`` of a failed status (e.g. ``"InternalError"``).
+    The message names namespace, pod, container and ``argv[0]`` only.
+    """
+
+    def __init__(self, message: str, *, reason: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.status = status
+
+
+def _check_argv(argv: Any) -> list[str]:
+    if isinstance(argv, (str, bytes)):
+        raise TypeError("argv must be a list of str, not a single string (no shell is involved)")
+    argv = list(argv)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise TypeError("argv must be a non-empty list of str")
+    return argv
+
+
+def pod_exec(
+    api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    pod: str,
+    container: str,
+    argv: list[str],
+    *,
+    stdin: str | None = None,
+    timeout: float = 10.0,
+) -> ExecResult:
+    """Run ``argv`` in ``container`` of ``namespace/pod`` (no TTY) and wait for it to finish.
+
+    :param api: a CoreV1Api; only its ``api_client.configuration`` is used (a private ApiClient per call).
+    :param stdin: text written to the command's stdin, then stdin is closed (v5 protocol; on a v4-only
+        server the close signal does not exist and the server decides when stdin ends).
+    :param timeout: seconds for the whole call (connect excluded: bounded by the OS on loopback/cluster).
+    :returns: :class:`ExecResult` with decoded stdout/stderr and the exit code.
+    :raises TypeError: argv is a ``str`` or holds non-``str`` items.
+    :raises ExecError: the pod is missing, the handshake is refused, the connection fails, or the
+        command does not finish within ``timeout``.
+    """
+    argv = _check_argv(argv)
+    where = f"{namespace}/{pod} container {container} ({argv[0]})"
+    started = time.monotonic()
+    client = kubernetes.client.ApiClient(api.api_client.configuration)
+    ws: Any = None
+    try:
+        core = kubernetes.client.CoreV1Api(client)
+        try:
+            ws = kubernetes.stream.stream(
+                core.connect_get_namespaced_pod_exec, pod, namespace,
+                command=argv, container=container,
+                stdin=stdin is not None, stdout=True, stderr=True, tty=False,
+                binary=True, _preload_content=False, _request_timeout=timeout,
+            )
+        except ApiException as exc:
+            match = _HANDSHAKE_STATUS.search(str(exc.reason or ""))
+            status = int(match.group(1)) if match else (exc.status or None)
+            raise ExecError(f"exec into {where} refused (HTTP {status})", reason="handshake",
+                            status=status) from None
+        except Exception as exc:
+            raise ExecError(f"exec into {where} failed: {type(exc).__name__}", reason="transport") from None
+        try:
+            if stdin is not None:
+                ws.write_stdin(stdin.encode())
+                ws.close_channel(0)
+            ws.run_forever(timeout=max(0.001, timeout - (time.monotonic() - started)))
+            if ws.is_open():
+                raise ExecError(f"exec into {where} timed out after {timeout}s", reason="timeout")
+            out = ws.read_channel(1)
+            err = ws.read_channel(2)
+            raw_status = ws.read_channel(_STATUS_CHANNEL)
+        except ExecError:
+            raise
+        except Exception as exc:
+            raise ExecError(f"exec into {where} failed: {type(exc).__name__}", reason="transport") from None
+        rc = _parse_rc(raw_status, where)
+        result = ExecResult(_decode(out), _decode(err), rc)
+    except ExecError as exc:
+        logger.warning("exec %s/%s container=%s argv0=%s failed: reason=%s status=%s duration=%.3fs",
+                       namespace, pod, container, argv[0], exc.reason, exc.status, time.monotonic() - started)
+        raise
+    finally:
+        if ws is not None:
+            _close_quietly(ws)
+        client.close()
+    logger.info("exec %s/%s container=%s argv0=%s rc=%d duration=%.3fs",
+                namespace, pod, container, argv[0], rc, time.monotonic() - started)
+    return result
+
+
+async def apod_exec(
+    api: kubernetes.client.CoreV1Api,
+    namespace: str,
+    pod: str,
+    container: str,
+    argv: list[str],
+    *,
+    stdin: str | None = None,
+    timeout: float = 10.0,
+) -> ExecResult:
+    """:func:`pod_exec` in a worker thread (``asyncio.to_thread``); same parameters, result and errors."""
+    argv = _check_argv(argv)  # fail fast in the caller's frame
+    return await asyncio.to_thread(pod_exec, api, namespace, pod, container, argv, stdin=stdin, timeout=timeout)
+
+
+def _close_quietly(ws: Any) -> None:
+    """Close the WSClient and its socket.  websocket-client's ``close()`` returns early when the server
+    already closed the connection, leaving the OS socket to the garbage collector (ResourceWarning)."""
+    try:
+        ws.close(timeout=0)  # no waiting for the server's close frame (it may still run the command)
+    except Exception:  # closing a dead connection: nothing worth reporting
+        pass
+    sock = getattr(ws, "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown()
+        except Exception:
+            pass
+
+
+def _decode(data: bytes | str) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+
+
+def _parse_rc(raw: bytes | str, where: str) -> int:
+    """Exit code from the channel-3 ``Status``: 0 on Success, ``details.causes[ExitCode]`` otherwise."""
+    try:
+        status = json.loads(raw) if raw else None
+    except ValueError:
+        status = None
+    if not isinstance(status, dict):
+        raise ExecError(f"exec into {where}: no exit status received", reason="protocol")
+    if status.get("status") == "Success":
+        return 0
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            try:
+                return int(cause.get("message"))
+            except (TypeError, ValueError):
+                break
+    reason = str(status.get("reason") or "Failure")
+    raise ExecError(f"exec into {where} failed: {reason}", reason=reason)
