@@ -1,0 +1,104 @@
+"""Rotation across subscriptions of one provider (DESIGN §3 "Rotation"). Pure: `now` is a parameter.
+
+Choice: most 5-hour headroom, then most weekly headroom, then the earliest 5-hour reset; skip
+Exhausted, Reserved, Disconnected and Unknown (never-read) subscriptions. Sticky: a box leaves its
+subscription only on a trigger (a limit line in a tab, a window at 100 %, the reserve reached,
+disconnected, deleted) and a reset of the old one never pulls it back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+USABLE = "Available"
+BAD_STATES = frozenset({"Exhausted", "Reserved", "Disconnected", "Unknown"})
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What rotation knows about one subscription (from its status).
+
+    Attributes:
+        name: Subscription name.
+        provider: "anthropic" | "openai".
+        state: status.state (Available | Exhausted | Reserved | Disconnected | Unknown).
+        five_hour: utilization of the 5-hour window in percent 0-100, or None when not read.
+        weekly: utilization of the weekly window in percent 0-100, or None.
+        five_hour_reset: reset instant of the 5-hour window (UTC) or None.
+        until: when Exhausted/Reserved ends (UTC) or None.
+    """
+
+    name: str
+    provider: str
+    state: str
+    five_hour: float | None = None
+    weekly: float | None = None
+    five_hour_reset: datetime | None = None
+    until: datetime | None = None
+
+
+def group_members(group: str, selected: list[str], provider: str, all_subs: list[Candidate]) -> list[Candidate]:
+    """The rotation group: `All` = every subscription of the provider (including ones created
+    later); `Selected` = the listed names that exist and are of the provider."""
+    same = [c for c in all_subs if c.provider == provider]
+    if group == "Selected":
+        wanted = set(selected)
+        return [c for c in same if c.name in wanted]
+    return same
+
+
+def _rank(c: Candidate) -> tuple[float, float, float]:
+    five = 100.0 - (c.five_hour if c.five_hour is not None else 0.0)
+    week = 100.0 - (c.weekly if c.weekly is not None else 0.0)
+    reset = c.five_hour_reset.timestamp() if c.five_hour_reset else float("inf")
+    return (-five, -week, reset)
+
+
+def choose_next(current: str | None, members: list[Candidate]) -> Candidate | None:
+    """The subscription a box would switch to now, or None when none is usable.
+
+    Never returns `current`; skips every state but Available.
+    """
+    usable = [c for c in members if c.name != current and c.state == USABLE]
+    if not usable:
+        return None
+    return min(usable, key=lambda c: (_rank(c), c.name))
+
+
+@dataclass(frozen=True)
+class SwitchReason:
+    """Why the current subscription must be left (None fields = stay)."""
+
+    leave: bool
+    reason: str = ""
+
+
+def must_leave(current: Candidate | None, limited_tab: bool) -> SwitchReason:
+    """Triggers of a switch: the current subscription is gone, exhausted, reserved, disconnected,
+    or a tab shows a usage-limit line. Unknown (a failed read) alone is not a trigger."""
+    if current is None:
+        return SwitchReason(True, "subscription deleted")
+    if current.state == "Exhausted":
+        return SwitchReason(True, _window_reason(current, "at 100 %"))
+    if current.state == "Reserved":
+        return SwitchReason(True, "reserve reached")
+    if current.state == "Disconnected":
+        return SwitchReason(True, "login disconnected")
+    if limited_tab:
+        return SwitchReason(True, "usage limit reached in a tab")
+    return SwitchReason(False)
+
+
+def _window_reason(c: Candidate, what: str) -> str:
+    if c.five_hour is not None and c.five_hour >= 100:
+        return f"5-hour window {what}"
+    if c.weekly is not None and c.weekly >= 100:
+        return f"weekly window {what}"
+    return f"a window {what}"
+
+
+def first_to_reset(members: list[Candidate], now: datetime) -> Candidate | None:
+    """When the whole group is exhausted: the member whose block ends first (for display)."""
+    waiting = [c for c in members if c.until is not None and c.until > now and c.state in ("Exhausted", "Reserved")]
+    return min(waiting, key=lambda c: c.until) if waiting else None  # type: ignore[arg-type,return-value]
