@@ -15,9 +15,48 @@ def _run(ns: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     namespaces = ns.namespace or []
-    kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
-             liveness_endpoint=ns.liveness or None)
+    if not ns.peering:
+        kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
+                 liveness_endpoint=ns.liveness or None)
+        return 0
+    # Peering (replicas > 1): every replica runs; the highest priority acts, the others stand by. Equal
+    # priorities would pause all of them, so each process draws its own unless one is given.
+    import random
+
+    _ensure_peering(ns.peering, namespaces)
+    priority = ns.priority if ns.priority is not None else random.SystemRandom().randint(1, 2**31 - 1)
+    kopf.run(standalone=False, peering_name=ns.peering, priority=priority, clusterwide=not namespaces,
+             namespaces=namespaces, liveness_endpoint=ns.liveness or None)
     return 0
+
+
+def _ensure_peering(name: str, namespaces: list[str]) -> None:
+    """Create kopf's peering object (ClusterKopfPeering, or a KopfPeering per watched namespace) if
+    missing: kopf needs it to exist and never creates it. Its CRDs come with the Helm chart."""
+    import os
+
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+    api = client.CustomObjectsApi()
+    if not namespaces:
+        body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
+        calls = [lambda: api.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", body)]
+    else:
+        calls = [lambda n=n: api.create_namespaced_custom_object(
+            "kopf.dev", "v1", n, "kopfpeerings",
+            {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": name, "namespace": n}})
+            for n in namespaces]
+    for create in calls:
+        try:
+            create()
+        except ApiException as exc:
+            if exc.status != 409:  # 409: it exists already
+                raise
 
 
 def _crds(ns: argparse.Namespace) -> int:
@@ -45,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the operator (in-cluster or with $KUBECONFIG)")
     run.add_argument("--namespace", action="append", help="watch only this namespace (repeatable); default: all")
     run.add_argument("--liveness", default="http://0.0.0.0:8081/healthz", help="liveness endpoint URL ('' = off)")
+    run.add_argument("--peering", metavar="NAME", default="",
+                     help="kopf peering object (replicas > 1: only the highest priority acts); default: standalone")
+    run.add_argument("--priority", type=int, default=None,
+                     help="peering priority (default with --peering: random per process)")
     run.set_defaults(func=_run)
 
     demo = sub.add_parser("demo", help="play the resume scenario against an emulated cluster (no cluster needed)")

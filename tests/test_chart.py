@@ -1,0 +1,339 @@
+"""The Helm chart, rendered by the real Helm engine (helm-python-sdk, Helm v4 Go SDK): lint, schema
+validation of every built-in object against a pinned Kubernetes version (kubernetes-validate), the
+monitoring objects checked structurally, alert and dashboard expressions naming only exported metrics,
+CRD templates equal to the generated CRDs, values in step with the controller's settings and CLI."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from controller import metrics
+from controller.__main__ import build_parser
+from controller.crdgen import render_crds
+from controller.notify import Notifier
+from controller.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "agentbox-controller"
+KUBE_VERSION = "1.33"          # schemas used by kubernetes-validate
+LINT_KUBE_VERSION = "v1.33.0"  # .Capabilities.KubeVersion for helm lint
+RELEASE, NAMESPACE = "agentbox", "agentbox-system"
+
+# Value sets every test renders: defaults, the namespaced mode, and every toggle on.
+NAMESPACED = {"clusterWide": False, "watchNamespaces": ["team-a", "team-b"]}
+ALL_ON = {
+    "replicas": 2, "peering": {"enabled": True},
+    "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+                "prometheusRule": {"enabled": True}, "grafanaDashboard": {"enabled": True}},
+    "webhook": {"enabled": True, "secretName": "agentbox-webhook", "style": "slack", "clusterName": "kind"},
+    "image": {"digest": "sha256:" + "a" * 64},
+    "extraEnv": [{"name": "TZ", "value": "UTC"}],
+}
+NAMESPACED_ALL_ON = {**ALL_ON, **NAMESPACED}
+CASES = {"default": {}, "namespaced": NAMESPACED, "all-on": ALL_ON, "namespaced-all-on": NAMESPACED_ALL_ON,
+         "crds-folder": {"crds": {"templated": False}}}
+
+MONITORING = {"ServiceMonitor", "PrometheusRule"}
+
+
+def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Render the chart (as `helm install` would) and return every object."""
+    chart = helm.Chart.load(CHART)
+    out = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    docs: list[dict[str, Any]] = []
+    for path, text in sorted(out.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        docs.extend(d for d in yaml.safe_load_all(text) if d)
+    return docs
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = by_kind(docs, kind)
+    assert len(found) == 1, (kind, [d["metadata"]["name"] for d in found])
+    return found[0]
+
+
+def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(docs: list[dict[str, Any]]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container(docs)["env"]}
+
+
+@pytest.fixture(scope="module", params=list(CASES), ids=list(CASES))
+def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    return request.param, render(CASES[request.param])
+
+
+# ---------------------------------------------------------------------------------------------- lint
+@pytest.mark.parametrize("case", ["default", "namespaced-all-on"])
+def test_lint_strict(case: str):
+    report = helm.lint(CHART, CASES[case], strict=True, kube_version=LINT_KUBE_VERSION, namespace=NAMESPACE)
+    assert report["errors"] == []
+    # severity 1 (info) is only "icon is recommended"
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+# ---------------------------------------------------------------------------------------------- schemas
+def test_every_builtin_object_validates_strictly(rendered):
+    case, docs = rendered
+    assert docs
+    for doc in docs:
+        if doc["kind"] in MONITORING:
+            continue  # not built-in: checked structurally below
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_values_schema_refuses_bad_values():
+    chart = helm.Chart.load(CHART)
+    chart.validate_schema({})
+    for bad in ({"replicas": "two"}, {"bogus": True}, {"webhook": {"style": "teams"}},
+                {"settings": {"scanIntervalS": 0}}, {"settings": {"scanIntervalSeconds": 5}},
+                {"watchNamespaces": ["Team_A"]}, {"metrics": {"prometheusRule": {"usageReadsFailingRatio": 2}}}):
+        with pytest.raises(helm.HelmValuesError):
+            chart.validate_schema(bad)
+
+
+def test_replicas_without_peering_and_webhook_without_secret_are_refused():
+    with pytest.raises(helm.HelmRenderError, match="peering"):
+        render({"replicas": 2})
+    with pytest.raises(helm.HelmRenderError, match="secretName"):
+        render({"webhook": {"enabled": True}})
+
+
+# ---------------------------------------------------------------------------------------------- CRDs
+def _without_helm_metadata(crd: dict[str, Any]) -> dict[str, Any]:
+    crd = json.loads(json.dumps(crd))
+    crd["metadata"].pop("annotations", None)
+    crd["metadata"].pop("labels", None)
+    return crd
+
+
+def test_crd_templates_are_the_generated_crds_kept_on_uninstall():
+    docs = render()
+    crds = {d["metadata"]["name"]: d for d in by_kind(docs, "CustomResourceDefinition")}
+    generated = {c["metadata"]["name"]: c for c in render_crds().values()}
+    assert set(crds) == set(generated)
+    for name, crd in crds.items():
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert crd["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+        assert _without_helm_metadata(crd) == _without_helm_metadata(generated[name])
+
+
+def test_chart_crds_folder_is_the_repository_crds():
+    chart_files = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert chart_files == sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    for name in chart_files:
+        assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), name
+
+
+def test_crds_toggle_off_leaves_them_to_the_crds_folder():
+    assert by_kind(render({"crds": {"templated": False}}), "CustomResourceDefinition") == []
+    assert sorted(c["name"] for c in helm.Chart.load(CHART).crds) == ["crds/agentboxes.yaml", "crds/subscriptions.yaml"]
+
+
+# ---------------------------------------------------------------------------------------------- Deployment
+def test_deployment_is_locked_down_and_probed(rendered):
+    _, docs = rendered
+    dep = one(docs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    ctr = container(docs)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = ctr["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert ctr["resources"]["requests"] and ctr["resources"]["limits"]["memory"]
+    health = next(p for p in ctr["ports"] if p["name"] == "health")["containerPort"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert ctr[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    args = build_parser().parse_args(ctr["args"])
+    assert args.command == "run"
+    assert args.liveness == f"http://0.0.0.0:{health}/healthz"
+
+
+def test_deployment_args_follow_the_mode():
+    args = build_parser().parse_args(container(render())["args"])
+    assert args.namespace is None and args.peering == ""
+    assert one(render(), "Deployment")["spec"]["strategy"]["type"] == "Recreate"
+    docs = render(NAMESPACED_ALL_ON)
+    args = build_parser().parse_args(container(docs)["args"])
+    assert args.namespace == ["team-a", "team-b"]
+    assert args.peering == f"{RELEASE}-agentbox-controller"
+    dep = one(docs, "Deployment")
+    assert dep["spec"]["replicas"] == 2 and dep["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert container(docs)["image"].endswith("@sha256:" + "a" * 64)
+    assert {d["metadata"]["name"] for d in by_kind(docs, "CustomResourceDefinition")} >= {
+        "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+
+
+def test_settings_values_are_the_controller_settings():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    snake = lambda k: re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower()  # noqa: E731
+    fields = set(Settings.model_fields)
+    in_schema = {snake(k) for k in schema["properties"]["settings"]["properties"]}
+    # every setting but the ones the chart sets from other values (metrics.port, watchNamespaces)
+    assert in_schema == fields - {"metrics_port", "namespace"}
+    for key, value in values["settings"].items():
+        assert float(value) == Settings.model_fields[snake(key)].default, key
+    env = env_of(render({"settings": {"anthropicBaseUrl": "http://provider:8080", "maxAttempts": 3}}))
+    settings = Settings.from_env(env)
+    assert settings.anthropic_base_url == "http://provider:8080" and settings.max_attempts == 3
+    assert settings.metrics_port == values["metrics"]["port"]
+    assert Settings.from_env(env_of(render({"metrics": {"enabled": False}}))).metrics_port == 0
+
+
+def test_webhook_secret_is_mounted_and_read_by_the_notifier():
+    docs = render(ALL_ON)
+    env = env_of(docs)
+    ctr = container(docs)
+    mount = next(m for m in ctr["volumeMounts"] if m["name"] == "webhook")
+    assert env["AGENTBOX_WEBHOOK_URL_FILE"].startswith(mount["mountPath"] + "/") and mount["readOnly"]
+    vol = next(v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"] if v["name"] == "webhook")
+    assert vol["secret"]["secretName"] == "agentbox-webhook"
+    assert not any("URL" in k and not k.endswith("_FILE") for k in env), "the URL itself never sits in the env"
+    notifier = Notifier.from_env(env)
+    assert notifier.style == "slack" and notifier.cluster == "kind"
+
+
+# ---------------------------------------------------------------------------------------------- RBAC shape
+def test_rbac_has_no_wildcards_and_every_rule_is_commented():
+    for case in CASES.values():
+        for doc in render(case):
+            for rule in doc.get("rules") or []:
+                for key in ("apiGroups", "resources", "verbs"):
+                    assert "*" not in rule.get(key, []), rule
+    text = (CHART / "templates" / "rbac.yaml").read_text().splitlines()
+    for i, line in enumerate(text):
+        if line.strip().startswith("- apiGroups:"):
+            above = text[i - 1].strip()
+            assert above.startswith("#") or above.startswith("{{- if"), f"rbac.yaml:{i + 1} has no comment"
+
+
+def test_namespaced_mode_has_a_role_per_namespace_and_no_cluster_wide_app_rights():
+    docs = render(NAMESPACED)
+    roles = by_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["team-a", "team-b"]
+    observer = one(docs, "ClusterRole")
+    assert {r for rule in observer["rules"] for r in rule["resources"]} == {"customresourcedefinitions", "namespaces"}
+    assert {v for rule in observer["rules"] for v in rule["verbs"]} == {"list", "watch"}
+    strict = render({**NAMESPACED, "rbac": {"clusterObserver": False}})
+    assert by_kind(strict, "ClusterRole") == [] and by_kind(strict, "ClusterRoleBinding") == []
+
+
+# ---------------------------------------------------------------------------------------------- monitoring
+def test_service_monitor_scrapes_the_metrics_service():
+    docs = render(ALL_ON)
+    sm = one(docs, "ServiceMonitor")
+    svc = one(docs, "Service")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["namespace"] == NAMESPACE and sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    port_names = {p["name"] for p in svc["spec"]["ports"]}
+    assert [e["port"] for e in sm["spec"]["endpoints"]] == ["metrics"] and "metrics" in port_names
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
+
+
+def test_monitoring_objects_are_off_by_default():
+    kinds = {d["kind"] for d in render()}
+    assert not kinds & (MONITORING | {"ConfigMap"})
+
+
+def exported_names() -> dict[str, set[str]]:
+    """Every series name the controller's registry can export -> its label names."""
+    labels = {m.describe()[0].name: set(names) for m, names in metrics._LABELS.items()}
+    suffixes = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count"), "info": ("_info",)}
+    names: dict[str, set[str]] = {}
+    for fam in metrics.REGISTRY.collect():
+        extra = {"histogram": {"le"}, "info": {"version"}}.get(fam.type, set())
+        for sfx in suffixes[fam.type]:
+            names[fam.name + sfx] = labels.get(fam.name, set()) | (extra if sfx in ("_bucket", "_info") else set())
+    return names
+
+
+# PromQL words that look like identifiers but are not metric names.
+PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan", "atan2"}
+
+
+def metric_refs(expr: str) -> list[tuple[str, set[str]]]:
+    """(metric name, label names in its matcher) for every metric named in a PromQL expression."""
+    s = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)                                      # string literals
+    s = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)  # label lists
+    s = re.sub(r"\[[^\]]*\]", " ", s)                                                   # ranges
+    refs: list[tuple[str, set[str]]] = []
+    for m in re.finditer(r"(?<![\w.])([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{([^}]*)\})?(\s*\()?", s):
+        name, matcher, call = m.group(1), m.group(3), m.group(4)
+        if call or name in PROMQL_KEYWORDS:
+            continue  # a function or an operator
+        labels = {kv.split("=")[0].strip().rstrip("!~") for kv in (matcher or "").split(",") if kv.strip()}
+        refs.append((name, labels))
+    return refs
+
+
+def test_metric_ref_parser():
+    assert metric_refs('sum by (provider) (rate(agentbox_usage_reads_total{result="error"}[15m])) / '
+                       'sum by (provider) (rate(agentbox_usage_reads_total[15m])) > 0.5') == [
+        ("agentbox_usage_reads_total", {"result"}), ("agentbox_usage_reads_total", set())]
+    assert metric_refs("histogram_quantile(0.95, sum by (le) (rate(x_bucket[1h]))) and on (a) up == 1e3") == [
+        ("x_bucket", set()), ("up", set())]
+    assert metric_refs("(max by (ns) (agentbox_subscription_reset_timestamp_seconds) - time()) / 3600") == [
+        ("agentbox_subscription_reset_timestamp_seconds", set())]
+
+
+def test_alert_rules_reference_exported_metrics():
+    rule = one(render(ALL_ON), "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert {r["alert"] for r in rules} == {"AgentboxRotationGroupExhausted", "AgentboxTabNeedsHuman",
+                                          "AgentboxSubscriptionDisconnected", "AgentboxUsageReadsFailing"}
+    exported = exported_names()
+    for r in rules:
+        assert set(r) == {"alert", "expr", "for", "labels", "annotations"}, r["alert"]
+        assert re.fullmatch(r"\d+[smh]", r["for"]) and r["labels"]["severity"] == "warning"
+        assert r["annotations"]["summary"] and r["annotations"]["description"]
+        refs = metric_refs(r["expr"])
+        assert refs, r["expr"]
+        for name, labels in refs:
+            assert name in exported, f"{r['alert']}: {name} is not exported by controller/metrics.py"
+            assert labels <= exported[name], f"{r['alert']}: {name} has no label {labels - exported[name]}"
+
+
+def test_dashboard_queries_reference_exported_metrics():
+    docs = render(ALL_ON)
+    cm = one(docs, "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dash = json.loads(cm["data"]["agentbox-controller.json"])
+    exported = exported_names()
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert len(exprs) >= 10
+    for expr in exprs:
+        refs = metric_refs(expr)
+        assert refs, expr
+        for name, labels in refs:
+            assert name in exported, f"{name} is not exported"
+            assert labels <= exported[name], (name, labels)
+    used = {name for e in exprs for name, _ in metric_refs(e)}
+    # every metric of the controller has a panel
+    families = {fam.name for fam in metrics.REGISTRY.collect()}
+    assert {f for f in families if not any(u.startswith(f) for u in used)} == set()
