@@ -151,9 +151,10 @@ class TabStatus(_Model):
     sent_for: str | None = Field(None, description="Limit event a resume was already sent for (never twice).")
     sent_at: str | None = Field(None, description="When that resume was sent (UTC RFC 3339).")
     attempts: int = Field(0, description="Resumes sent for consecutive limit events without progress.")
+    stopped_by_reserve: bool = Field(False, description="The reserve stopped this tab; it resumes when the reserve lifts.")
 
 
-BoxState = Literal["Pending", "Running", "RateLimited", "NeedsAttention", "Error"]
+BoxState = Literal["Pending", "Running", "RateLimited", "Reserved", "NeedsAttention", "Error"]
 
 
 class AgentBoxStatus(_Model):
@@ -161,7 +162,7 @@ class AgentBoxStatus(_Model):
 
     subscription: str | None = Field(None, description="Subscription the box runs on now.")
     next_subscription: str | None = Field(None, description="Subscription the box would switch to next.")
-    state: BoxState | None = Field(None, description="Pending | Running | RateLimited | NeedsAttention | Error.")
+    state: BoxState | None = Field(None, description="Pending | Running | RateLimited | Reserved | NeedsAttention | Error.")
     resume_at: str | None = Field(None, description="Earliest scheduled resume among the tabs (UTC RFC 3339).")
     pod: str | None = Field(None, description="Name of the box pod.")
     tabs: list[TabStatus] = Field(default_factory=list, description="Per-tab state.")

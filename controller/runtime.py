@@ -18,7 +18,7 @@ class Runtime:
         settings: operator settings.
         kube: Kubernetes client wrapper.
         usage: `controller.providers.readers.UsageCache` shared by every box (one reader per subscription).
-        exec: `async (namespace, pod, container, argv) -> ExecResult` running one argv in a box container.
+        exec: `async (namespace, pod, container, argv, stdin=None) -> ExecResult` running one argv in a box container.
         clock: returns the current UTC instant.
         wakeups: per box (namespace, name) an Event that wakes its tab watcher early.
     """

@@ -85,6 +85,7 @@ class TabRecord:
     sent_at: datetime | None = None
     attempts: int = 0
     last_input_at: datetime | None = None
+    stopped_by_reserve: bool = False
 
 
 class Action(str, enum.Enum):
@@ -162,7 +163,7 @@ def plan_tab(rec: TabRecord, det: Detection, last_input_at: datetime | None, now
         return TabPlan(TabRecord(
             name=rec.name, phase=phase, message=message, last_input_at=last_input_at,
             sent_for=keep_sent, sent_at=rec.sent_at if keep_sent else None,
-            attempts=0 if progressed else rec.attempts,
+            attempts=0 if progressed else rec.attempts, stopped_by_reserve=rec.stopped_by_reserve,
         ))
 
     # ---- rate limited

@@ -54,8 +54,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     exec_override = getattr(memo, "exec", None)
     core = client.CoreV1Api(api)
 
-    async def run_exec(namespace: str, pod: str, container: str, argv: list[str]):
-        return await apod_exec(core, namespace, pod, container, argv, timeout=ops.exec_timeout_s)
+    async def run_exec(namespace: str, pod: str, container: str, argv: list[str], stdin: str | None = None):
+        return await apod_exec(core, namespace, pod, container, argv, stdin=stdin, timeout=ops.exec_timeout_s)
 
     memo.runtime = Runtime(settings=ops, kube=Kube(api), usage=UsageCache(reader),
                            exec=exec_override or run_exec, clock=getattr(memo, "clock", None) or utcnow)

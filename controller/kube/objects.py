@@ -193,6 +193,12 @@ class Kube:
                 return None
             raise
 
+    async def list_custom(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+        """All our custom objects of a kind in a namespace."""
+        result = await asyncio.to_thread(self.custom.list_namespaced_custom_object,
+                                         C.GROUP, C.VERSION, namespace, plural)
+        return list(result.get("items") or [])
+
     async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the status subresource (lists in `status` replace the stored lists)."""
         try:

@@ -52,8 +52,8 @@ async def validate_subscription(body: dict[str, Any], rt: Runtime) -> tuple[dict
     conds = set_condition(status.get("conditions") or [], C.COND_CREDENTIALS_VALID, login is not None, reason, msg, now, gen)
     out = {"conditions": conds, "observedGeneration": gen,
            "threshold": threshold_sentence(spec.reserve.five_hour_percent, spec.reserve.weekly_percent)}
-    if not status.get("state"):
-        out["state"] = "Unknown"
+    # `state` is written by the usage reader only: a value decided here from a stale body could
+    # overwrite a fresher read (the reader runs concurrently).
     events = [] if login is not None else [("Warning", reason, msg)]
     return out, events
 
@@ -79,31 +79,38 @@ class SubscriptionReader:
             spec = SubscriptionSpec.model_validate(body.get("spec") or {})
         except ValidationError:
             return rt.settings.usage_interval_s
-        login, _, _ = await load_login(rt, self.namespace, spec)
-        if login is None:
-            return rt.settings.usage_interval_s
-        from controller.providers.readers import UsageThrottled, UsageUnauthorized
-
         status = body.get("status") or {}
         gen = body["metadata"].get("generation")
         now = rt.clock()
+        # The Secret may be created, fixed or removed after the Subscription: CredentialsValid follows
+        # it here (the validate handler only runs when the Subscription itself changes).
+        login, reason, msg = await load_login(rt, self.namespace, spec)
+        current = status.get("conditions") or []
+        base = set_condition(current, C.COND_CREDENTIALS_VALID, login is not None, reason, msg, now, gen)
+        if login is None:
+            if base != current or status.get("state") not in (None, "Unknown"):
+                # Unknown: rotation never picks a subscription whose login cannot be read.
+                await self._patch({"conditions": base, "state": "Unknown", "message": msg})
+            return rt.settings.usage_interval_s
+        from controller.providers.readers import UsageThrottled, UsageUnauthorized
+
         usage: Usage | None = None
         try:
             usage = await rt.usage.get((self.namespace, self.name), spec.provider, login,
                                        max_age_s=rt.settings.usage_max_age_s, now=rt.clock)
-            conds = set_condition(status.get("conditions") or [], C.COND_USAGE_FETCHED, True, C.R_USAGE_READ, "Usage read", now, gen)
+            conds = set_condition(base, C.COND_USAGE_FETCHED, True, C.R_USAGE_READ, "Usage read", now, gen)
         except UsageUnauthorized:
-            conds = set_condition(status.get("conditions") or [], C.COND_USAGE_FETCHED, False, C.R_UNAUTHORIZED,
+            conds = set_condition(base, C.COND_USAGE_FETCHED, False, C.R_UNAUTHORIZED,
                                   "The provider refused the login (401/403)", now, gen)
             await self._patch({"state": "Disconnected", "conditions": conds, "message": "Login refused by the provider"})
             return rt.settings.usage_interval_s
         except UsageThrottled as exc:
-            conds = set_condition(status.get("conditions") or [], C.COND_USAGE_FETCHED, False, "Throttled",
+            conds = set_condition(base, C.COND_USAGE_FETCHED, False, "Throttled",
                                   "The provider asked to slow down; keeping the last windows", now, gen)
             await self._patch({"conditions": conds})
             return max(rt.settings.usage_interval_s, float(getattr(exc, "retry_after_s", 0) or 0))
         except Exception as exc:  # noqa: BLE001
-            conds = set_condition(status.get("conditions") or [], C.COND_USAGE_FETCHED, False, C.R_UPSTREAM_UNAVAILABLE,
+            conds = set_condition(base, C.COND_USAGE_FETCHED, False, C.R_UPSTREAM_UNAVAILABLE,
                                   f"Usage read failed ({type(exc).__name__})", now, gen)
             await self._patch({"conditions": conds})
             return rt.settings.usage_interval_s

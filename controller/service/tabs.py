@@ -21,11 +21,13 @@ from controller import constants as C
 from controller import metrics
 from controller.conditions import rfc3339, set_condition
 from controller.domain.resume import (
-    Action, Phase, ResumeConfig, TabPlan, TabRecord, after_usage, plan_tab, usage_verdict,
+    Action, Phase, ResumeConfig, TabPlan, TabRecord, after_usage, limit_key, plan_tab, usage_verdict,
 )
-from controller.domain.types import Detection, TabState
-from controller.kube.objects import box_container, pod_name
+from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
+from controller.domain.types import Detection, LimitKind, TabState
+from controller.kube.objects import box_container, make_box_secret, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
+from controller.service import boxfiles
 from controller.runtime import Runtime
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
 
@@ -55,7 +57,7 @@ def record_from_status(tab: dict[str, Any]) -> TabRecord:
         resets_at=_parse_time(tab.get("resetsAt")), resume_at=_parse_time(tab.get("resumeAt")),
         detected_by=tab.get("detectedBy"), message=tab.get("message"), sent_for=tab.get("sentFor"),
         sent_at=_parse_time(tab.get("sentAt")), attempts=int(tab.get("attempts") or 0),
-        last_input_at=_parse_time(tab.get("lastInputAt")),
+        last_input_at=_parse_time(tab.get("lastInputAt")), stopped_by_reserve=bool(tab.get("stoppedByReserve")),
     )
 
 
@@ -66,7 +68,7 @@ def record_to_status(rec: TabRecord, tab_id: str | None) -> dict[str, Any]:
         "resetsAt": rfc3339(rec.resets_at), "resumeAt": rfc3339(rec.resume_at),
         "detectedBy": rec.detected_by, "message": rec.message, "lastInputAt": rfc3339(rec.last_input_at),
         "limitKey": rec.limit_key, "sentFor": rec.sent_for, "sentAt": rfc3339(rec.sent_at),
-        "attempts": rec.attempts,
+        "attempts": rec.attempts, "stoppedByReserve": rec.stopped_by_reserve or None,
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -78,6 +80,23 @@ def _container_tz(pod: dict[str, Any], container: str) -> str | None:
                 if env.get("name") == "TZ" and env.get("value"):
                     return env["value"]
     return None
+
+
+def candidate_from(sub: dict[str, Any]) -> Candidate:
+    """Rotation's view of a Subscription object (spec.provider and status)."""
+    status = sub.get("status") or {}
+    windows = status.get("windows") or {}
+    five, week = windows.get("fiveHour") or {}, windows.get("weekly") or {}
+    until = _parse_time(status.get("reservedUntil"))
+    if status.get("state") == "Exhausted":
+        resets = [_parse_time(w.get("resetsAt")) for w in (five, week)
+                  if (w.get("utilization") or 0) >= 100 and w.get("resetsAt")]
+        until = max((r for r in resets if r), default=None)
+    return Candidate(
+        name=sub["metadata"]["name"], provider=(sub.get("spec") or {}).get("provider", ""),
+        state=status.get("state") or "Unknown", five_hour=five.get("utilization"), weekly=week.get("utilization"),
+        five_hour_reset=_parse_time(five.get("resetsAt")), until=until,
+    )
 
 
 class BoxWatcher:
@@ -103,11 +122,19 @@ class BoxWatcher:
             settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
         )
         self._pattern_error: str | None = None
+        self.current: str | None = None          # subscription the box runs on (status.subscription)
+        self.next_sub: str | None = None
+        self.group_exhausted = False
+        self.reserved: str | None = None         # the stop line while the reserve holds the box
+        self.switched_keys: set[str] = set()     # limit events already answered by a switch
+        self._noted: set[str] = set()
+        self._uid: str | None = None
 
     # ------------------------------------------------------------------ one pass
     async def tick(self, body: dict[str, Any]) -> float:
         """Observe and act once; return seconds until the next pass is needed."""
         s = self.rt.settings
+        self._uid = (body.get("metadata") or {}).get("uid")
         try:
             spec = AgentBoxSpec.model_validate(body.get("spec") or {})
         except ValidationError:
@@ -118,6 +145,11 @@ class BoxWatcher:
             await self._write_ready(body, phase)  # limit features are off for this agent
             return s.scan_interval_s
         if self.records is None:
+            status = body.get("status") or {}
+            self.current = status.get("subscription") or spec.subscription
+            reserved = next((c for c in status.get("conditions") or []
+                             if c.get("type") == C.COND_RESERVED and c.get("status") == "True"), None)
+            self.reserved = reserved.get("message") if reserved else None
             self.records = {t["name"]: record_from_status(t) for t in (body.get("status") or {}).get("tabs") or []
                             if t.get("name")}
             self.tab_ids = {t["name"]: t.get("id", "") for t in (body.get("status") or {}).get("tabs") or []
@@ -144,14 +176,17 @@ class BoxWatcher:
 
         annotations = (body.get("metadata") or {}).get("annotations") or {}
         now = self.rt.clock()
+        dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
+        await self._subscriptions(term, tabs, dets, inputs, spec, body, now)
+        resume_on = spec.when_agent_stops.resume_after_reset and not self.reserved
         wake: list[datetime] = []
         live_names = set()
         for tab in tabs:
             live_names.add(tab.name)
             self.tab_ids[tab.name] = tab.id
-            det = self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns)
+            det = dets[tab.name]
             rec = self.records.get(tab.name) or TabRecord(tab.name)
-            plan = plan_tab(rec, det, inputs.get(tab.id), now, self.cfg, spec.when_agent_stops.resume_after_reset)
+            plan = plan_tab(rec, det, inputs.get(tab.id), now, self.cfg, resume_on)
             plan = self._apply_annotations(plan, det, annotations, now)
             plan = await self._act(term, tab, spec, det, plan, body, tz, patterns)
             self.records[tab.name] = plan.record
@@ -170,13 +205,194 @@ class BoxWatcher:
             delay = min(delay, max(0.0, (at - now).total_seconds()))
         return delay
 
+    # ------------------------------------------------------------------ subscriptions: rotation, reserve
+    async def _subscriptions(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
+                             inputs: dict[str, datetime], spec: AgentBoxSpec, body: dict[str, Any], now: datetime) -> None:
+        """Apply rotation (switch on a trigger) and the reserve (stop, then restore) for this box."""
+        provider = C.SUPPORTED_SUBSCRIPTION_AGENTS[spec.agent]
+        rot = spec.when_agent_stops.rotation
+        subs = [candidate_from(o) for o in await self.rt.kube.list_custom(C.SUBSCRIPTION_PLURAL, self.namespace)]
+        current = self.current or spec.subscription
+        cur = next((c for c in subs if c.name == current), None)
+        fresh_limit = any(
+            d.state == TabState.RATE_LIMITED and d.kind in (LimitKind.USAGE, LimitKind.CREDITS)
+            and limit_key(d) not in self.switched_keys
+            for d in dets.values())
+        self.group_exhausted = False
+        if rot.enabled:
+            members = group_members(rot.group, [*rot.subscriptions, spec.subscription or ""], provider, subs)
+            nxt = choose_next(current, members)
+            leave = must_leave(cur, fresh_limit)
+            if leave.leave and nxt is not None:
+                if await self._switch(term, tabs, dets, inputs, spec, body, current, nxt.name, leave.reason, now):
+                    current, cur = nxt.name, nxt
+                    nxt = choose_next(current, members)
+            elif leave.leave:
+                self.group_exhausted = True
+                first = first_to_reset(members, now)
+                msg = "Every subscription of the rotation group is exhausted; waiting" + (
+                    f" for {first.name} to reset at {first.until:%H:%M} UTC" if first and first.until else "")
+                if self._note("group-exhausted"):
+                    self.post_event("Warning", "RotationGroupExhausted", msg)
+            else:
+                self._noted.discard("group-exhausted")
+            self.next_sub = nxt.name if nxt else None
+        else:
+            self.next_sub = None
+        # Reserve: stop the box (unless rotation just moved it away), restore after the reset.
+        if cur is not None and cur.state == "Reserved" and not self.reserved:
+            await self._reserve_stop(term, tabs, dets, spec, cur)
+        elif self.reserved and (cur is None or cur.state != "Reserved"):
+            await self._reserve_restore(term, tabs, dets, inputs, spec, now)
+
+    def _note(self, key: str) -> bool:
+        """True the first time `key` is noted (one Event per episode)."""
+        if key in self._noted:
+            return False
+        self._noted.add(key)
+        return True
+
+    async def _login_text(self, subscription: str) -> tuple[str, str] | None:
+        """(provider, login file text) of a subscription, validated; None when unusable."""
+        sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, subscription)
+        if not sub:
+            return None
+        try:
+            sub_spec = SubscriptionSpec.model_validate(sub.get("spec") or {})
+        except ValidationError:
+            return None
+        ref = sub_spec.credentials_secret_ref
+        _, text = await self.rt.kube.get_secret_value(self.namespace, ref.name, ref.key)
+        if text is None:
+            return None
+        from controller.providers.credentials import InvalidLogin, parse_login
+
+        try:
+            parse_login(sub_spec.provider, text)
+        except InvalidLogin:
+            return None
+        return sub_spec.provider, text
+
+    async def _install_login(self, term: BoxTerminal, spec: AgentBoxSpec, body: dict[str, Any], text: str) -> None:
+        """Write a login into the box credentials Secret and the agent's live login file."""
+        from controller.agents.base import get_profile
+
+        profile = get_profile(spec.agent)
+        await self.rt.kube.ensure_secret(make_box_secret(body, profile.credential_secret_key or "credentials.json", text))
+        await boxfiles.write_login(term.exec_fn, profile, text)
+
+    async def _switch(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
+                      inputs: dict[str, datetime], spec: AgentBoxSpec, body: dict[str, Any],
+                      old: str | None, new: str, reason: str, now: datetime) -> bool:
+        """Move the box to subscription `new`; limited tabs are then resumed by the normal flow
+        (usage re-read on the new subscription, the same safety rules). Returns False when the new
+        login is unusable (nothing changed)."""
+        login = await self._login_text(new)
+        if login is None:
+            self.post_event("Warning", "SwitchFailed", f"Cannot switch to {new}: its login Secret is missing or invalid")
+            return False
+        limited = [t for t in tabs if dets[t.name].state == TabState.RATE_LIMITED
+                   and dets[t.name].kind in (LimitKind.USAGE, LimitKind.CREDITS)]
+        if spec.agent == "codex":
+            # A running Codex refuses another account's auth.json: stop the limited agents first.
+            for tab in limited:
+                if not self._safe(tab, dets[tab.name], inputs, now):
+                    continue
+                await term.press(tab.pane_id, "C-c")
+                await asyncio.sleep(self.rt.settings.send_pause_s)
+                await term.press(tab.pane_id, "C-c")
+        await self._install_login(term, spec, body, login[1])
+        self.current = new
+        for tab in limited:
+            det = dets[tab.name]
+            key = limit_key(det)
+            self.switched_keys.add(key)
+            rec = self.records.get(tab.name) or TabRecord(tab.name)  # type: ignore[union-attr]
+            self.records[tab.name] = replace(  # type: ignore[index]
+                rec, phase=Phase.RATE_LIMITED, limit_key=key, resets_at=None, resume_at=now, sent_for=None,
+                window=None, auto_continue=False, detected_by=det.detected_by,
+                message=f"Switched to {new}; resuming", attempts=0)
+        if hasattr(metrics, "SWITCHES"):
+            metrics.SWITCHES.labels(self.namespace, self.name, reason.split()[0]).inc()
+        self.post_event("Normal", "Switched", f"Switched from {old} to {new}: {reason}")
+        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, {"subscription": new})
+        return True
+
+    def _safe(self, tab: Any, det: Detection, inputs: dict[str, datetime], now: datetime) -> bool:
+        """The same rules as resume: no recent human typing, no prompt/menu, no half-typed line."""
+        last = inputs.get(tab.id)
+        if last and (now - last).total_seconds() < self.cfg.human_idle_s:
+            return False
+        if det.state == TabState.AWAITING_INPUT or det.prompt_text:
+            return False
+        return True
+
+    async def _reserve_stop(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
+                            spec: AgentBoxSpec, cur: Candidate) -> None:
+        """Esc to the agents, remove the box's login file, print the stop line in each tab."""
+        from controller.agents.base import get_profile
+
+        sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, cur.name) or {}
+        reserve = ((sub.get("spec") or {}).get("reserve") or {})
+        five, week = reserve.get("fiveHourPercent", 0), reserve.get("weeklyPercent", 0)
+        if five and cur.five_hour is not None and cur.five_hour >= 100 - five:
+            line = f"Stopping to keep {five}% of your 5-hour limit"
+        elif week:
+            line = f"Stopping to keep {week}% of your weekly limit"
+        else:
+            line = "Stopping to keep the reserve of your limits"
+        until = f" (reserved until {cur.until:%Y-%m-%d %H:%M} UTC)" if cur.until else ""
+        for tab in tabs:
+            if not tab.at_shell:
+                await term.press(tab.pane_id, "Escape")
+            rec = self.records.get(tab.name) or TabRecord(tab.name)  # type: ignore[union-attr]
+            busy = dets[tab.name].state in (TabState.WORKING, TabState.RATE_LIMITED)
+            self.records[tab.name] = replace(rec, stopped_by_reserve=busy)  # type: ignore[index]
+        try:
+            await boxfiles.remove_login(term.exec_fn, get_profile(spec.agent))
+        except boxfiles.BoxFileError as exc:
+            log.warning("Box %s/%s: %s", self.namespace, self.name, exc)
+        for tab in tabs:
+            try:
+                await boxfiles.print_notice(term.exec_fn, tab.pane_id, f"agentbox: {line}{until}")
+            except boxfiles.BoxFileError:
+                pass
+        self.reserved = f"{line}{until}"
+        if hasattr(metrics, "RESERVE_STOPS"):
+            metrics.RESERVE_STOPS.labels(self.namespace, cur.name, "five_hour" if "5-hour" in line else "weekly").inc()
+        self.post_event("Warning", "ReserveReached", f"{line} on {cur.name}{until}")
+
+    async def _reserve_restore(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
+                               inputs: dict[str, datetime], spec: AgentBoxSpec, now: datetime) -> None:
+        """The reserve lifted (or the box moved): restore the login and resume the stopped tabs."""
+        login = await self._login_text(self.current or spec.subscription or "")
+        if login is None:
+            return
+        body = {"metadata": {"name": self.name, "namespace": self.namespace, "uid": self._uid}}
+        await self._install_login(term, spec, body, login[1])
+        self.reserved = None
+        self.post_event("Normal", "ReserveLifted", f"Reserve lifted on {self.current}; login restored")
+        for tab in tabs:
+            rec = self.records.get(tab.name) or TabRecord(tab.name)  # type: ignore[union-attr]
+            if not rec.stopped_by_reserve:
+                continue
+            self.records[tab.name] = replace(rec, stopped_by_reserve=False)  # type: ignore[index]
+            det = dets[tab.name]
+            if not spec.when_agent_stops.resume_after_reset or not self._safe(tab, det, inputs, now):
+                continue
+            if det.state in (TabState.IDLE, TabState.RATE_LIMITED, TabState.UNKNOWN):
+                ok, how = await self._resume(term, tab, spec.agent, spec.time_zone or "UTC", [])
+                self.post_event("Normal" if ok else "Warning", "Resumed" if ok else C.R_RESUME_FAILED,
+                                f"Tab {tab.name}: {how} after the reserve lifted")
+
     # ------------------------------------------------------------------ helpers
     def _exec_fn(self, pod: str, container: str):
         rt = self.rt
 
-        async def run(argv: list[str]):
+        async def run(argv: list[str], stdin: str | None = None):
             try:
-                result = await rt.exec(self.namespace, pod, container, argv)
+                result = await (rt.exec(self.namespace, pod, container, argv, stdin=stdin) if stdin is not None
+                                else rt.exec(self.namespace, pod, container, argv))
             except Exception:
                 metrics.EXEC_CALLS.labels("error").inc()
                 raise
@@ -282,7 +498,8 @@ class BoxWatcher:
     async def _fresh_usage(self, spec: AgentBoxSpec, rec: TabRecord):
         """The subscription's usage read after the reset instant (or None when unreadable)."""
         provider = C.SUPPORTED_SUBSCRIPTION_AGENTS[spec.agent]
-        sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, spec.subscription or "")
+        current = self.current or spec.subscription or ""
+        sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, current)
         if not sub:
             return None
         try:
@@ -298,7 +515,7 @@ class BoxWatcher:
             max_age = self.rt.settings.usage_max_age_s
             if rec.resets_at is not None:
                 max_age = min(max_age, max(0.0, (now - rec.resets_at).total_seconds()))
-            usage = await self.rt.usage.get((self.namespace, spec.subscription), provider, login,
+            usage = await self.rt.usage.get((self.namespace, current), provider, login,
                                             max_age_s=max_age, now=self.rt.clock)
             metrics.USAGE_READS.labels(provider, "ok").inc()
             return usage
@@ -385,13 +602,20 @@ class BoxWatcher:
                                   msg, now, gen)
         else:
             conds = set_condition(conds, C.COND_NEEDS_ATTENTION, False, C.R_ALL_CLEAR, "No tab needs a human", now, gen)
-        state = "NeedsAttention" if attention or problem else ("RateLimited" if limited else "Running")
+        if self.reserved:
+            conds = set_condition(conds, C.COND_RESERVED, True, "ReserveReached", self.reserved, now, gen)
+        else:
+            conds = set_condition(conds, C.COND_RESERVED, False, "BelowReserve", "The subscription's reserve is not reached", now, gen)
+        state = ("NeedsAttention" if attention or problem else "Reserved" if self.reserved
+                 else "RateLimited" if limited or self.group_exhausted else "Running")
         status = {
             "tabs": tab_status, "state": state, "resumeAt": rfc3339(min(resume_ats)) if resume_ats else None,
-            "conditions": conds,
+            "conditions": conds, "subscription": self.current, "nextSubscription": self.next_sub,
         }
         metrics.TABS_NEEDING_HUMAN.labels(self.namespace, self.name).set(len(attention))
         metrics.TABS_RATE_LIMITED.labels(self.namespace, self.name).set(len(limited))
+        if hasattr(metrics, "ROTATION_GROUP_EXHAUSTED"):
+            metrics.ROTATION_GROUP_EXHAUSTED.labels(self.namespace, self.name).set(1 if self.group_exhausted else 0)
         comparable = {k: v for k, v in status.items() if k != "conditions"}
         comparable["conds"] = [(c["type"], c["status"], c["reason"], c["message"]) for c in conds]
         if comparable == self._last_status:

@@ -149,14 +149,32 @@ class FakeAgent:
         self.say("", "⏺ Continuing the task where I left off." if self.agent != "codex" else "• Continuing the task.")
         self.redraw()
 
+    def login_token(self) -> str | None:
+        """The access token of the login file in $HOME (None when there is none)."""
+        rel = ".codex/auth.json" if self.agent == "codex" else ".claude/.credentials.json"
+        try:
+            with open(os.path.join(os.environ.get("HOME", "/nonexistent"), rel)) as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        if self.agent == "codex":
+            return (data.get("tokens") or {}).get("access_token")
+        return (data.get("claudeAiOauth") or {}).get("accessToken")
+
     def submit(self) -> None:
         line, self.typed = self.typed, ""
-        _log("submit", text=line)
+        token = self.login_token() if self.ns.limited_token else None
+        _log("submit", text=line, token=token)
         if self.agent == "codex":
             self.say("", f"› {line}")
         else:
             self.say("", f"> {line}")
-        if time.time() >= self.reset:
+        if self.ns.limited_token and token is None:
+            self.say("● Login expired · Please run /login")
+            self.redraw()
+        elif self.ns.limited_token and token != self.ns.limited_token:
+            self.start_work("submitted on another account")
+        elif time.time() >= self.reset:
             self.start_work("submitted after reset")
         else:
             self.hit_limit()
@@ -183,6 +201,12 @@ class FakeAgent:
             return
         if self.mode == "prompt":
             return  # a permission prompt only takes a human's answer here
+        if self.mode == "working" and ch == "\x1b":
+            self.mode = "idle"
+            _log("interrupted")
+            self.say("  ⎿  Interrupted by user")
+            self.redraw()
+            return
         if self.mode == "auto_wait":
             self.mode = "limited"  # typing cancels Claude's native wait
             self.say("● Automatic continue cancelled · /rate-limit-options to re-arm")
@@ -226,6 +250,8 @@ class FakeAgent:
         if self.ns.prompt:
             self.mode = "prompt"
             self.redraw()
+        elif self.ns.start_working:
+            self.start_work("initial task")
         elif self.ns.resumed and time.time() >= self.reset:
             self.hit_limit_shown_only()
         else:
@@ -271,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--menu-upgrade-first", action="store_true", help="menu lists 'Upgrade your plan' first")
     p.add_argument("--prompt", action="store_true", help="open a permission prompt instead of hitting the limit")
     p.add_argument("--work-seconds", type=float, default=60.0, help="how long it works after continuing")
+    p.add_argument("--start-working", action="store_true", help="start busy on a task (no limit line)")
+    p.add_argument("--limited-token", help="the access token whose account is limited: a submit on another "
+                   "account's login (read from $HOME) works at once")
     p.add_argument("--resumed", action="store_true", help=argparse.SUPPRESS)
     ns, rest = p.parse_known_args(argv)
     ns.rest = rest  # arguments the real CLI would get (e.g. resume --last)

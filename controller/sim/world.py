@@ -43,6 +43,16 @@ def codex_login(token: str, account: str) -> str:
         "last_refresh": "2026-01-01T00:00:00Z"})
 
 
+class PodExec(LocalExec):
+    """LocalExec whose commands see the pod's sandbox directory as $HOME (the pod's own filesystem)."""
+
+    async def __call__(self, namespace: str, pod: str, container: str, argv: list[str],
+                       stdin: bytes | None) -> tuple[bytes, bytes, int]:
+        # Set just before the call: LocalExec reads `env` synchronously before its first await.
+        self.env = {**os.environ, "HOME": str(self.workdir(namespace, pod))}
+        return await super().__call__(namespace, pod, container, argv, stdin)
+
+
 @dataclass
 class TabSpec:
     """One tab of an emulated box pod: its tmux window name and the command typed at its shell."""
@@ -85,7 +95,7 @@ class World:
         """Start the API emulator and the provider emulator (not the operator)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.sockets = TmuxSockets()
-        self.local_exec = LocalExec(self.workdir / "pods", self.sockets, timeout=30.0)
+        self.local_exec = PodExec(self.workdir / "pods", self.sockets, timeout=30.0)
         self.kube = KubeEmulator([], exec_handler=self.local_exec, namespaces=(self.namespace,))
         for crd in render_crds().values():
             self.kube.add_crd(crd)
@@ -226,13 +236,20 @@ class World:
             path = bindir / name
             path.write_text("#!/bin/sh\nexec " + shlex.join(argv) + ' "$@"\n')
             path.chmod(0o755)
+        # The box image's entrypoint copies the mounted credentials Secret into the agent's home.
+        for key, rel in (("credentials.json", ".claude/.credentials.json"), ("auth.json", ".codex/auth.json")):
+            text = self.box_secret(pod).get(key)
+            if text is not None:
+                (root / rel).parent.mkdir(parents=True, exist_ok=True)
+                (root / rel).write_text(text)
+                (root / rel).chmod(0o600)
         env_path = f"{bindir}:{os.environ.get('PATH', '')}"
         for i, tab in enumerate(tabs):
             log = root / f"{tab.name}.log"
             env = ["-e", f"AGENTBOX_FAKE_LOG={log}", "-e", "PS1=$ ",
                    "-e", f"PYTHONPATH={pathlib.Path(__file__).resolve().parents[2]}"]
             # tmux gives new panes the client's PATH, so PATH is set by `env` in the pane itself.
-            shell = ["env", f"PATH={env_path}", "bash", "--norc", "--noprofile"]
+            shell = ["env", f"PATH={env_path}", f"HOME={root}", "bash", "--norc", "--noprofile"]
             if i == 0:
                 self.tmux(pod, "new-session", "-d", "-s", C.TMUX_SESSION, "-x", "160", "-y", "45", "-n", tab.name,
                           "-c", str(root), *env, *shell)
@@ -250,6 +267,17 @@ class World:
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def login_file(self, pod: str, agent: str = "claude-code") -> str | None:
+        """The agent's live login file in the pod (None when absent)."""
+        rel = ".codex/auth.json" if agent == "codex" else ".claude/.credentials.json"
+        path = self.pod_dir(pod) / rel
+        return path.read_text() if path.exists() else None
+
+    def box_secret(self, box: str) -> dict[str, str]:
+        """Decoded data of a box credentials Secret."""
+        sec = self.kube.get("v1/secrets", self.namespace, f"{box}-credentials") or {}
+        return {k: base64.b64decode(v).decode() for k, v in (sec.get("data") or {}).items()}
 
     def screen(self, pod: str, tab: str) -> str:
         """The visible screen of a tab."""

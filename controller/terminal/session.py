@@ -39,6 +39,11 @@ class BoxTerminal:
         self._exec = exec_fn
         self.send_pause_s = send_pause_s
 
+    @property
+    def exec_fn(self) -> ExecFn:
+        """The exec function of the box container (for commands other than tmux)."""
+        return self._exec
+
     async def run(self, argv: list[str], check: bool = True) -> ExecResultLike:
         """Run one tmux argv; raises TmuxCommandFailed on a non-zero rc when `check`."""
         result = await self._exec(argv)

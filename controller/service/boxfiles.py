@@ -1,0 +1,60 @@
+"""Files and lines in the box pod, through pod exec: the agent's live login file and a notice
+printed in a tab. Every command is an argv list whose shell scripts are constants; variable parts
+(paths from the agent profile, the notice text, the login on stdin) travel as arguments or stdin,
+never inside a script."""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from controller.agents.base import Profile
+
+ExecFn = Callable[..., Awaitable[Any]]
+"""`await exec_fn(argv, stdin=None) -> result(stdout, stderr, rc)` in the box container."""
+
+# Write stdin to $HOME/<path> atomically (mode 0600): the agent never reads a half-written file.
+_WRITE = ('umask 077; f="$HOME/$1"; mkdir -p "$(dirname "$f")" && cat > "$f.agentbox-tmp" '
+          '&& mv -f "$f.agentbox-tmp" "$f"')
+_REMOVE = 'rm -f -- "$HOME/$1"'
+# Print a line on a pane's terminal (shown to the human; not input to the agent).
+_NOTICE = 'printf "\\r\\n\\033[1m%s\\033[0m\\r\\n" "$1" > "$2"'
+
+
+class BoxFileError(RuntimeError):
+    """A command in the box failed (message: what and the rc only)."""
+
+
+def _home_relative(profile: Profile) -> str:
+    path = profile.credential_path or ""
+    if not path.startswith("~/"):
+        raise BoxFileError(f"agent {profile.agent} has no login file path")
+    return path[2:]
+
+
+async def write_login(exec_fn: ExecFn, profile: Profile, login_text: str) -> None:
+    """Replace the agent's login file in the box (e.g. ~/.claude/.credentials.json) with `login_text`.
+
+    Raises:
+        BoxFileError: the write failed.
+    """
+    res = await exec_fn(["sh", "-c", _WRITE, "sh", _home_relative(profile)], stdin=login_text)
+    if res.rc != 0:
+        raise BoxFileError(f"writing the {profile.agent} login file exited {res.rc}")
+
+
+async def remove_login(exec_fn: ExecFn, profile: Profile) -> None:
+    """Remove the agent's login file from the box (the reserve stop)."""
+    res = await exec_fn(["sh", "-c", _REMOVE, "sh", _home_relative(profile)])
+    if res.rc != 0:
+        raise BoxFileError(f"removing the {profile.agent} login file exited {res.rc}")
+
+
+async def print_notice(exec_fn: ExecFn, pane_id: str, text: str) -> None:
+    """Print `text` on a tab's terminal as a bold line of its own."""
+    tty = await exec_fn(["tmux", "display-message", "-p", "-t", pane_id, "#{pane_tty}"])
+    path = tty.stdout.strip()
+    if tty.rc != 0 or not path.startswith("/dev/"):
+        raise BoxFileError(f"no terminal for pane (rc {tty.rc})")
+    res = await exec_fn(["sh", "-c", _NOTICE, "sh", text, path])
+    if res.rc != 0:
+        raise BoxFileError(f"printing the notice exited {res.rc}")

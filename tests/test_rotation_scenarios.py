@@ -1,0 +1,145 @@
+"""Rotation and the reserve end to end: the real operator, pod exec into tmux, scripted agents that
+read their live login file, the provider usage emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import pytest
+
+from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+
+pytestmark = pytest.mark.component
+
+
+def submits(world: World, box: str, tab: str = "main") -> list[dict]:
+    return [e for e in world.agent_log(box, tab) if e["event"] == "submit"]
+
+
+def status(world: World, box: str) -> dict:
+    return (world.box(box) or {}).get("status") or {}
+
+
+def reasons(world: World, box: str) -> list[str]:
+    return [e["reason"] for e in world.events(box)]
+
+
+async def subscription(world: World, name: str, five: float, reset_in: float, weekly: float = 10.0, **spec) -> None:
+    token = f"tok-{name}"
+    world.provider.add_login(token, f"acct-{name}")
+    world.provider.set_windows(f"acct-{name}", five_hour=(five, utc_in(reset_in)), weekly=(weekly, utc_in(86400 * 3)))
+    await world.add_secret(f"login-{name}", "credentials.json", claude_login(token))
+    await world.add_subscription(name, "anthropic", f"login-{name}", "credentials.json", **spec)
+
+
+async def sub_state(world: World, name: str, state: str, timeout: float = 15) -> None:
+    await eventually(lambda: (world.kube.get("subscriptions", "default", name) or {}).get("status", {}).get("state")
+                     == state, timeout, what=f"{name} {state}: {world.kube.get('subscriptions', 'default', name)}")
+
+
+async def limited_box(world: World, sub: str, rotation: dict | None, reset_in: float = 3600, **agent) -> None:
+    wa = {"resumeAfterReset": True}
+    if rotation is not None:
+        wa["rotation"] = rotation
+    await world.add_box("box", "claude-code", sub, whenAgentStops=wa)
+    args = ["--limited-token", f"tok-{sub}"]
+    if agent.get("working"):
+        args.append("--start-working")
+    await world.run_pod("box", [TabSpec("main", fake_agent_argv("claude-code", time.time() + reset_in, *args))])
+
+
+async def test_limit_line_switches_to_the_subscription_with_most_headroom(world: World):
+    world.start_operator()
+    await subscription(world, "a", 100.0, 3600)
+    await subscription(world, "b", 60.0, 7200)
+    await subscription(world, "c", 20.0, 7200)
+    for name in ("b", "c"):
+        await sub_state(world, name, "Available")
+    await limited_box(world, "a", {"enabled": True, "group": "All"})
+    await eventually(lambda: "Switched" in reasons(world, "box"), 20, what="switch")
+    ev = next(e for e in world.events("box") if e["reason"] == "Switched")
+    assert ev["message"].startswith("Switched from a to c:")
+    await eventually(lambda: submits(world, "box"), 15, what="continue after the switch")
+    assert [e["text"] for e in submits(world, "box")] == ["continue"]
+    assert submits(world, "box")[0]["token"] == "tok-c", "the agent read the new login from its live file"
+    assert "tok-c" in world.box_secret("box")["credentials.json"]
+    await eventually(lambda: status(world, "box").get("subscription") == "c", 10)
+    await eventually(lambda: status(world, "box").get("nextSubscription") == "b", 10)
+    await eventually(lambda: any(e["event"] == "working" for e in world.agent_log("box", "main")), 10)
+
+
+async def test_no_flip_flop_when_the_old_subscription_resets(world: World):
+    world.start_operator()
+    await subscription(world, "a", 100.0, 8)     # a resets in 8 s and will then have the most headroom
+    await subscription(world, "b", 50.0, 7200)
+    await sub_state(world, "b", "Available")
+    await limited_box(world, "a", {"enabled": True, "group": "All"})
+    await eventually(lambda: status(world, "box").get("subscription") == "b", 20, what="switch to b")
+    await sub_state(world, "a", "Available", timeout=30)
+    await asyncio.sleep(5)
+    assert status(world, "box").get("subscription") == "b", "sticky: a's reset does not pull the box back"
+    assert reasons(world, "box").count("Switched") == 1
+
+
+async def test_enabling_rotation_on_an_exhausted_account_switches_at_once(world: World):
+    world.start_operator()
+    await subscription(world, "a", 100.0, 3600)
+    await subscription(world, "b", 10.0, 7200)
+    await limited_box(world, "a", None)
+    await sub_state(world, "a", "Exhausted")
+    await eventually(lambda: any(t.get("state") == "RateLimited" for t in status(world, "box").get("tabs", [])), 15)
+    await asyncio.sleep(2)
+    assert "Switched" not in reasons(world, "box"), "no rotation configured: the box waits"
+    await world.patch(world.box_path("box"), {"spec": {"whenAgentStops": {"rotation": {"enabled": True}}}})
+    started = time.time()
+    await eventually(lambda: status(world, "box").get("subscription") == "b", 15, what="switch after enabling")
+    assert time.time() - started < 10, "event-driven, not at the 2-minute sweep"
+    await eventually(lambda: submits(world, "box"), 15)
+
+
+async def test_whole_group_exhausted_waits_then_moves_to_the_first_that_resets(world: World):
+    world.start_operator()
+    await subscription(world, "a", 100.0, 3600)
+    await subscription(world, "b", 100.0, 10)   # b resets first
+    await sub_state(world, "b", "Exhausted")
+    await limited_box(world, "a", {"enabled": True, "group": "Selected", "subscriptions": ["a", "b"]})
+    await eventually(lambda: "RotationGroupExhausted" in reasons(world, "box"), 20, what="group exhausted")
+    assert status(world, "box").get("subscription") == "a"
+    assert submits(world, "box") == []
+    await eventually(lambda: status(world, "box").get("subscription") == "b", 30, what="moved to b after its reset")
+    await eventually(lambda: submits(world, "box"), 15)
+    assert submits(world, "box")[0]["token"] == "tok-b"
+
+
+async def test_reserve_stops_the_box_and_restores_it_after_the_reset(world: World):
+    world.start_operator()
+    await subscription(world, "a", 85.0, 12, reserve={"fiveHourPercent": 20})
+    await limited_box(world, "a", None, working=True)
+    await sub_state(world, "a", "Reserved")
+    await eventually(lambda: any(e["event"] == "interrupted" for e in world.agent_log("box", "main")), 15,
+                     what="Esc to the agent")
+    await eventually(lambda: world.login_file("box") is None, 10, what="login file removed")
+    await eventually(lambda: "Stopping to keep 20% of your 5-hour limit" in world.screen("box", "main"), 10)
+    await eventually(lambda: status(world, "box").get("state") == "Reserved", 10)
+    sub = world.kube.get("subscriptions", "default", "a")["status"]
+    assert sub["reservedUntil"] and "Boxes stop at 80% of the 5-hour limit" in sub["threshold"]
+    # The window resets (the provider rolls it at its reset instant): login restored, tab resumed.
+    await sub_state(world, "a", "Available", timeout=30)
+    await eventually(lambda: world.login_file("box") is not None, 15, what="login restored")
+    await eventually(lambda: submits(world, "box"), 15, what="continue after the reserve lifted")
+    assert submits(world, "box")[0]["token"] == "tok-a"
+    assert "ReserveLifted" in reasons(world, "box")
+
+
+async def test_reserve_with_rotation_switches_instead_of_stopping(world: World):
+    world.start_operator()
+    await subscription(world, "a", 85.0, 3600, reserve={"fiveHourPercent": 20})
+    await subscription(world, "b", 5.0, 3600)
+    await sub_state(world, "b", "Available")
+    await limited_box(world, "a", {"enabled": True}, working=True)
+    await eventually(lambda: status(world, "box").get("subscription") == "b", 20, what="switch to b")
+    assert "reserve reached" in next(e["message"] for e in world.events("box") if e["reason"] == "Switched")
+    assert "tok-b" in (world.login_file("box") or "")
+    assert "ReserveReached" not in reasons(world, "box")
