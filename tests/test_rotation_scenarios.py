@@ -143,3 +143,56 @@ async def test_reserve_with_rotation_switches_instead_of_stopping(world: World):
     assert "reserve reached" in next(e["message"] for e in world.events("box") if e["reason"] == "Switched")
     assert "tok-b" in (world.login_file("box") or "")
     assert "ReserveReached" not in reasons(world, "box")
+
+
+async def test_deleted_subscription_moves_the_box(world: World):
+    world.start_operator()
+    await subscription(world, "a", 30.0, 3600)
+    await subscription(world, "b", 10.0, 3600)
+    await sub_state(world, "b", "Available")
+    await limited_box(world, "a", {"enabled": True}, working=True)
+    await eventually(lambda: status(world, "box").get("nextSubscription") == "b", 15)
+    await world.delete(world.sub_path("a"))
+    started = time.time()
+    await eventually(lambda: status(world, "box").get("subscription") == "b", 15, what="moved off the deleted one")
+    assert time.time() - started < 10
+    assert "subscription deleted" in next(e["message"] for e in world.events("box") if e["reason"] == "Switched")
+    assert "tok-b" in world.box_secret("box")["credentials.json"]
+
+
+async def test_deleted_subscription_without_rotation_asks_a_human(world: World):
+    world.start_operator()
+    await subscription(world, "a", 30.0, 3600)
+    await limited_box(world, "a", None, working=True)
+    await eventually(lambda: status(world, "box").get("tabs"), 15)
+    await world.delete(world.sub_path("a"))
+    await eventually(lambda: any(c["type"] == "NeedsAttention" and c["status"] == "True"
+                                 and c["reason"] == "SubscriptionNotFound"
+                                 for c in status(world, "box").get("conditions", [])), 15)
+    await eventually(lambda: any(e["reason"] == "SubscriptionNotFound" and e["type"] == "Warning"
+                                 for e in world.events("box")), 10)
+
+
+@pytest.mark.parametrize("group, problem", [
+    (["a"], "must hold at least one subscription besides 'a'"),
+    (["b", "c"], "must list spec.subscription ('a')"),
+    (["a", "x"], "Subscription 'x' is for openai, not anthropic"),
+    (["a", "nope"], "Subscription 'nope' not found"),
+])
+async def test_selected_group_must_hold_the_current_and_another_of_the_provider(world: World, group, problem):
+    world.start_operator()
+    await subscription(world, "a", 30.0, 3600)
+    await subscription(world, "b", 30.0, 3600)
+    world.provider.add_login("tok-x", "acct-x")
+    from controller.sim.world import codex_login
+    await world.add_secret("login-x", "auth.json", codex_login("tok-x", "acct-x"))
+    await world.add_subscription("x", "openai", "login-x", "auth.json")
+    await world.add_box("box", "claude-code", "a",
+                        whenAgentStops={"rotation": {"enabled": True, "group": "Selected", "subscriptions": group}})
+    await eventually(lambda: any(c["type"] == "Ready" and c["reason"] == "InvalidSpec"
+                                 for c in status(world, "box").get("conditions", [])), 15)
+    cond = next(c for c in status(world, "box")["conditions"] if c["type"] == "Ready")
+    assert cond["status"] == "False"
+    assert cond["message"].startswith("spec.whenAgentStops.rotation.subscriptions:") and problem in cond["message"]
+    await eventually(lambda: any(e["type"] == "Warning" and problem in e["message"] for e in world.events("box")), 10)
+    assert world.kube.get("v1/pods", "default", "box") is None, "nothing else is created"

@@ -10,7 +10,7 @@ import kopf
 
 from controller import constants as C
 from controller.runtime import Runtime
-from controller.service.subscriptions import SubscriptionReader, validate_subscription
+from controller.service.subscriptions import SubscriptionReader, validate_subscription, wake_boxes
 
 
 @kopf.on.resume(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription")
@@ -24,6 +24,12 @@ async def validate(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any
         kopf.event(body, type=type_, reason=reason, message=message)
     patch.status.update(status)
     rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name).set()
+
+
+@kopf.on.delete(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="subscription-gone", optional=True)
+async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A deleted subscription: wake the boxes of its namespace (rotation moves them at once)."""
+    wake_boxes(memo.runtime, body.metadata.namespace)
 
 
 @kopf.daemon(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="read-usage", cancellation_timeout=5.0)

@@ -33,6 +33,30 @@ def validation_message(exc: ValidationError, prefix: str = "spec") -> str:
     return "; ".join(parts)
 
 
+async def _selected_group_problem(rt: Runtime, namespace: str, current: str, names: list[str],
+                                  provider: str) -> str | None:
+    """Why a `Selected` rotation group is unusable, naming the field; None when it is fine.
+
+    The group must list the box's subscription and at least one other, all of the agent's provider,
+    in the box's namespace (the CRD's CEL rule checks the first part on a real API server).
+    """
+    field = "spec.whenAgentStops.rotation.subscriptions"
+    if current not in names:
+        return f"{field}: must list spec.subscription ({current!r})"
+    others = [n for n in names if n != current]
+    if not others:
+        return f"{field}: must hold at least one subscription besides {current!r}"
+    for other in others:
+        if "/" in other:
+            return f"{field}: {other!r}: only subscriptions of the box's own namespace can be used"
+        sub = await rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, namespace, other)
+        if sub is None:
+            return f"{field}: Subscription {other!r} not found in namespace {namespace}"
+        if (sub.get("spec") or {}).get("provider") != provider:
+            return f"{field}: Subscription {other!r} is for {(sub.get('spec') or {}).get('provider')}, not {provider}"
+    return None
+
+
 @dataclass
 class Outcome:
     """Result of one reconcile: status fields to merge, Events to post, whether to retry later."""
@@ -77,6 +101,16 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
     else:
         if not spec.subscription:
             return _fail(body, rt, C.R_INVALID_SPEC, f"spec.subscription: required for agent {spec.agent}", retry=None)
+        rot = spec.when_agent_stops.rotation
+        if rot.enabled and rot.group == "Selected":
+            problem = await _selected_group_problem(rt, ns, spec.subscription, rot.subscriptions, provider)
+            if problem:
+                return _fail(body, rt, C.R_INVALID_SPEC, problem, retry=None)
+        current = (body.get("status") or {}).get("subscription")
+        if rot.enabled and current and current != spec.subscription:
+            # The tab watcher moved the box (rotation): keep the login it installed.
+            if await rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, ns, current) is not None:
+                spec = spec.model_copy(update={"subscription": current})
         sub = await rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, ns, spec.subscription)
         if sub is None:
             return _fail(body, rt, C.R_SUBSCRIPTION_NOT_FOUND,
@@ -105,8 +139,8 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
             parse_login(provider, login_text)
         except InvalidLogin as exc:
             return _fail(body, rt, C.R_INVALID_LOGIN,
-                         f"Subscription {spec.subscription!r}: the login file in Secret {ref.name!r} key {ref.key!r} "
-                         f"is unusable: {exc}")
+                         f"Subscription {spec.subscription!r} spec.credentialsSecretRef: the login file in Secret "
+                         f"{ref.name!r} key {ref.key!r} is unusable: {exc}")
 
     try:
         pod = make_pod(body, spec.template, spec.agent, with_credentials=login_text is not None)

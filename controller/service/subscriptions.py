@@ -65,6 +65,14 @@ def _window_status(w: Window) -> dict[str, Any]:
     return out
 
 
+def wake_boxes(rt: Runtime, namespace: str) -> None:
+    """Wake every box watcher of a namespace (a subscription changed state or went away), so
+    rotation and the reserve act at once instead of at the next scan."""
+    for (ns, _name), event in list(rt.wakeups.items()):
+        if ns == namespace:
+            event.set()
+
+
 class SubscriptionReader:
     """Reads one subscription's usage on a cadence and writes windows and state to its status."""
 
@@ -127,6 +135,7 @@ class SubscriptionReader:
         })
         if verdict.state != self.last_state:
             self.last_state = verdict.state
+            wake_boxes(rt, self.namespace)
             if verdict.state in ("Exhausted", "Reserved"):
                 self.post_event("Normal", verdict.state, verdict.message)
         delay = rt.settings.usage_interval_s

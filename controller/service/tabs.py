@@ -129,6 +129,7 @@ class BoxWatcher:
         self.switched_keys: set[str] = set()     # limit events already answered by a switch
         self._noted: set[str] = set()
         self._uid: str | None = None
+        self.sub_problem: str | None = None
 
     # ------------------------------------------------------------------ one pass
     async def tick(self, body: dict[str, Any]) -> float:
@@ -197,7 +198,7 @@ class BoxWatcher:
         for gone in set(self.records) - live_names:
             del self.records[gone]
         await self._consume_annotations(annotations)
-        await self._write_status(body, spec, tabs, None)
+        await self._write_status(body, spec, tabs, self.sub_problem)
 
         now = self.rt.clock()
         delay = s.scan_interval_s
@@ -219,6 +220,12 @@ class BoxWatcher:
             and limit_key(d) not in self.switched_keys
             for d in dets.values())
         self.group_exhausted = False
+        self.sub_problem = None
+        if cur is None and not rot.enabled:
+            self.sub_problem = (f"Subscription {current!r} was deleted or is missing; the box cannot be resumed "
+                                "(set spec.subscription to another one, or enable rotation)")
+            if self._note(f"missing-{current}"):
+                self.post_event("Warning", C.R_SUBSCRIPTION_NOT_FOUND, self.sub_problem)
         if rot.enabled:
             members = group_members(rot.group, [*rot.subscriptions, spec.subscription or ""], provider, subs)
             nxt = choose_next(current, members)
@@ -598,8 +605,9 @@ class BoxWatcher:
             conds = set_condition(conds, C.COND_RATE_LIMITED, False, C.R_NONE_LIMITED, "No tab is rate limited", now, gen)
         if attention or problem:
             msg = problem or "; ".join(f"tab {r.name}: {r.message}" for r in attention)
-            conds = set_condition(conds, C.COND_NEEDS_ATTENTION, True, C.R_RESUME_FAILED if attention else "TmuxMissing",
-                                  msg, now, gen)
+            reason = C.R_RESUME_FAILED if attention else (C.R_SUBSCRIPTION_NOT_FOUND if problem == self.sub_problem
+                                                          else "TmuxMissing")
+            conds = set_condition(conds, C.COND_NEEDS_ATTENTION, True, reason, msg, now, gen)
         else:
             conds = set_condition(conds, C.COND_NEEDS_ATTENTION, False, C.R_ALL_CLEAR, "No tab needs a human", now, gen)
         if self.reserved:

@@ -171,6 +171,18 @@ class World:
                 raise RuntimeError(f"PATCH {path} -> {resp.status}: {data.get('message')}")
             return data
 
+    async def delete(self, path: str) -> None:
+        """DELETE an object over HTTP."""
+        assert self._session is not None
+        async with self._session.delete(path) as resp:
+            if resp.status >= 300:
+                raise RuntimeError(f"DELETE {path} -> {resp.status}")
+
+    def sub_path(self, name: str = "") -> str:
+        """API path of the Subscription collection, or of one subscription."""
+        base = f"/apis/{C.GROUP}/{C.VERSION}/namespaces/{self.namespace}/{C.SUBSCRIPTION_PLURAL}"
+        return f"{base}/{name}" if name else base
+
     def box_path(self, name: str = "") -> str:
         """API path of the AgentBox collection, or of one box."""
         base = f"/apis/{C.GROUP}/{C.VERSION}/namespaces/{self.namespace}/{C.AGENTBOX_PLURAL}"
