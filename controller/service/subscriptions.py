@@ -10,8 +10,9 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from controller import constants as C
+from controller import metrics
 from controller.conditions import rfc3339, set_condition
-from controller.domain.subscription import evaluate, threshold_sentence
+from controller.domain.subscription import evaluate, next_read_in, threshold_sentence
 from controller.domain.types import Usage, Window
 from controller.models import SubscriptionSpec
 from controller.runtime import Runtime
@@ -79,6 +80,7 @@ class SubscriptionReader:
     def __init__(self, rt: Runtime, namespace: str, name: str, post_event: Callable[[str, str, str], None]) -> None:
         self.rt, self.namespace, self.name, self.post_event = rt, namespace, name, post_event
         self.last_state: str | None = None
+        self.previous: Usage | None = None
 
     async def tick(self, body: dict[str, Any]) -> float:
         """Read once (through the shared cache) and patch status; returns seconds until the next read."""
@@ -96,31 +98,40 @@ class SubscriptionReader:
         current = status.get("conditions") or []
         base = set_condition(current, C.COND_CREDENTIALS_VALID, login is not None, reason, msg, now, gen)
         if login is None:
-            if base != current or status.get("state") not in (None, "Unknown"):
-                # Unknown: rotation never picks a subscription whose login cannot be read.
+            if base != current or status.get("state") != "Unknown":
+                # Unknown: rotation never picks a subscription whose login cannot be read (the
+                # validate handler leaves `state` to this reader).
                 await self._patch({"conditions": base, "state": "Unknown", "message": msg})
             return rt.settings.usage_interval_s
         from controller.providers.readers import UsageThrottled, UsageUnauthorized
 
         usage: Usage | None = None
         try:
+            # The reader wants a fresh read (its cadence decides when); a box's read of the last
+            # few seconds is shared rather than repeated.
             usage = await rt.usage.get((self.namespace, self.name), spec.provider, login,
-                                       max_age_s=rt.settings.usage_max_age_s, now=rt.clock)
+                                       max_age_s=min(rt.settings.usage_min_interval_s, rt.settings.usage_max_age_s),
+                                       now=rt.clock)
             conds = set_condition(base, C.COND_USAGE_FETCHED, True, C.R_USAGE_READ, "Usage read", now, gen)
         except UsageUnauthorized:
             conds = set_condition(base, C.COND_USAGE_FETCHED, False, C.R_UNAUTHORIZED,
                                   "The provider refused the login (401/403)", now, gen)
             await self._patch({"state": "Disconnected", "conditions": conds, "message": "Login refused by the provider"})
+            if self.last_state != "Disconnected":
+                self.last_state = "Disconnected"
+                wake_boxes(rt, self.namespace)
+                self.post_event("Warning", "Disconnected", "The provider refused the login (401/403); "
+                                "update the login Secret")
             return rt.settings.usage_interval_s
         except UsageThrottled as exc:
             conds = set_condition(base, C.COND_USAGE_FETCHED, False, "Throttled",
                                   "The provider asked to slow down; keeping the last windows", now, gen)
-            await self._patch({"conditions": conds})
+            await self._patch({"conditions": conds, **({"state": "Unknown"} if self._stale(status, now) else {})})
             return max(rt.settings.usage_interval_s, float(getattr(exc, "retry_after_s", 0) or 0))
         except Exception as exc:  # noqa: BLE001
             conds = set_condition(base, C.COND_USAGE_FETCHED, False, C.R_UPSTREAM_UNAVAILABLE,
                                   f"Usage read failed ({type(exc).__name__})", now, gen)
-            await self._patch({"conditions": conds})
+            await self._patch({"conditions": conds, **({"state": "Unknown"} if self._stale(status, now) else {})})
             return rt.settings.usage_interval_s
         verdict = evaluate(usage, spec.reserve.five_hour_percent, spec.reserve.weekly_percent, now)
         windows = {}
@@ -136,13 +147,39 @@ class SubscriptionReader:
         if verdict.state != self.last_state:
             self.last_state = verdict.state
             wake_boxes(rt, self.namespace)
-            if verdict.state in ("Exhausted", "Reserved"):
-                self.post_event("Normal", verdict.state, verdict.message)
-        delay = rt.settings.usage_interval_s
-        resets = [w.resets_at for w in usage.windows.values() if w.resets_at and w.resets_at > now]
-        if resets:
-            delay = min(delay, max(1.0, (min(resets) - now).total_seconds() + 1))
-        return delay * (0.9 + 0.2 * random.random()) if delay == rt.settings.usage_interval_s else delay
+            self.post_event("Normal", verdict.state, verdict.message)
+        self._export(usage, verdict.state)
+        st = rt.settings
+        delay = next_read_in(usage, self.previous, spec.reserve.five_hour_percent, spec.reserve.weekly_percent, now,
+                             near_s=st.usage_near_interval_s, far_s=st.usage_interval_s, min_s=st.usage_min_interval_s)
+        if self.previous is None or usage.read_at != self.previous.read_at:
+            self.previous = usage
+        return delay * (0.9 + 0.2 * random.random()) if delay >= st.usage_interval_s else delay
+
+    def _export(self, usage: Usage, state: str) -> None:
+        """Per-subscription gauges (labels: namespace, subscription, window/state; never a token)."""
+        util = getattr(metrics, "SUBSCRIPTION_UTILIZATION", None)
+        reset = getattr(metrics, "SUBSCRIPTION_RESET", None)
+        states = getattr(metrics, "SUBSCRIPTION_STATE", None)
+        for name, w in usage.windows.items():
+            if util is not None:
+                util.labels(self.namespace, self.name, name).set(w.utilization)
+            if reset is not None and w.resets_at:
+                reset.labels(self.namespace, self.name, name).set(w.resets_at.timestamp())
+        if states is not None:
+            for s in ("Available", "Exhausted", "Reserved", "Disconnected", "Unknown"):
+                states.labels(self.namespace, self.name, s).set(1 if s == state else 0)
+
+    def _stale(self, status: dict[str, Any], now: datetime) -> bool:
+        """The last good windows are too old to decide from (rotation treats Unknown as unusable)."""
+        read_at = status.get("readAt")
+        if not read_at:
+            return True
+        try:
+            at = datetime.fromisoformat(read_at.replace("Z", "+00:00"))
+        except ValueError:
+            return True
+        return (now - at).total_seconds() > self.rt.settings.usage_stale_s
 
     async def _patch(self, status: dict[str, Any]) -> None:
         await self.rt.kube.patch_status(C.SUBSCRIPTION_PLURAL, self.namespace, self.name, status)
