@@ -62,3 +62,44 @@ def evaluate(usage: Usage | None, five_hour_reserve: int, weekly_reserve: int, n
             return SubscriptionVerdict("Reserved", w.resets_at,
                                        f"Reserved until {until}: keeping {reserve}% of the {label} limit")
     return SubscriptionVerdict("Available", None, "Usage below every threshold")
+
+
+def thresholds(five_hour_reserve: int, weekly_reserve: int) -> dict[str, float]:
+    """Utilization (percent) at which each window stops the box: 100 - reserve, or 100."""
+    return {WINDOW_FIVE_HOUR: 100.0 - five_hour_reserve, WINDOW_WEEKLY: 100.0 - weekly_reserve}
+
+
+def next_read_in(usage: Usage, previous: Usage | None, five_hour_reserve: int, weekly_reserve: int,
+                 now: datetime, *, near_s: float = 60.0, far_s: float = 300.0, min_s: float = 5.0,
+                 band: float = 10.0) -> float:
+    """Seconds until a subscription's usage should be read again.
+
+    * about `near_s` when a window is within `band` points of its threshold (the reserve or 100 %);
+    * sooner when the burn rate since `previous` predicts the threshold is crossed before then
+      (read at 90 % of the predicted time, never sooner than `min_s`);
+    * at the next reset instant (+1 s), when that comes first;
+    * `far_s` otherwise (the caller adds jitter).
+
+    Args:
+        usage: the read just made (read_at set).
+        previous: the read before it, or None.
+        now: current instant (UTC).
+    """
+    delay = far_s
+    limits = thresholds(five_hour_reserve, weekly_reserve)
+    for name, w in usage.windows.items():
+        limit = limits.get(name, 100.0)
+        gap = limit - w.utilization
+        if 0 < gap <= band:
+            delay = min(delay, near_s)
+        prev = previous.windows.get(name) if previous else None
+        if (gap > 0 and prev is not None and previous is not None and previous.read_at and usage.read_at
+                and usage.read_at > previous.read_at and (prev.resets_at == w.resets_at)):
+            rate = (w.utilization - prev.utilization) / (usage.read_at - previous.read_at).total_seconds()
+            if rate > 0:
+                delay = min(delay, max(min_s, 0.9 * gap / rate))
+    delay = max(min_s, delay)
+    for w in usage.windows.values():
+        if w.resets_at and w.resets_at > now:
+            delay = min(delay, (w.resets_at - now).total_seconds() + 1.0)  # the reset itself is never late
+    return delay
