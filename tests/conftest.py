@@ -5,6 +5,7 @@ Add a module of your own to ``pytest_plugins`` instead of growing this file.  Th
 """
 
 pytest_plugins = [
+    "harness.loop_hygiene",
     "harness.kube_fixtures",
     "harness.world_fixtures",
 ]

@@ -143,6 +143,17 @@ async def test_watch_resumes_from_resource_version(kube: KubeEmulator, http: aio
     assert 0.25 < time.monotonic() - started < 2
 
 
+async def test_watch_from_a_trimmed_resource_version_is_gone() -> None:
+    async with KubeEmulator([], event_log_size=2) as kube, aiohttp.ClientSession(base_url=kube.url) as http:
+        for i in range(8):
+            status, _ = await call(http, "POST", "/api/v1/namespaces/default/secrets", {"metadata": {"name": f"s{i}"}})
+            assert status == 201
+        async with http.get("/api/v1/namespaces/default/secrets", params={"watch": "1", "resourceVersion": "1"}) as resp:
+            events = [json.loads(line) async for line in resp.content]
+        assert [(e["type"], e["object"]["code"]) for e in events] == [("ERROR", 410)]
+        assert not kube.server_errors
+
+
 async def test_stale_resource_version_conflicts(
         kube: KubeEmulator, http: aiohttp.ClientSession, custom_api: kubernetes.client.CustomObjectsApi) -> None:
     _, created = await call(http, "POST", WIDGETS, widget("w"))
@@ -236,6 +247,11 @@ async def test_owner_cascade_and_finalizers(kube: KubeEmulator, http: aiohttp.Cl
     assert kube.get("secrets", "default", "child-secret") is None
     assert kube.get("pods", "default", "unrelated") is not None
 
+    await call(http, "POST", "/api/v1/namespaces", {"metadata": {"name": "other"}})
+    await call(http, "POST", "/api/v1/namespaces/other/pods", pod("p"))
+    status, _ = await call(http, "DELETE", "/api/v1/namespaces/other")
+    assert status == 200 and kube.objects("pods", "other") == [] and kube.get("namespaces", None, "other") is None
+
 
 async def test_status_isolation_and_generation(kube: KubeEmulator, http: aiohttp.ClientSession) -> None:
     body = widget("w")
@@ -259,6 +275,10 @@ async def test_status_isolation_and_generation(kube: KubeEmulator, http: aiohttp
 
     _, after = await call(http, "PATCH", f"{WIDGETS}/w", {"spec": {"size": 8}}, MERGE)
     assert after["metadata"]["generation"] == 2 and after["status"] == {"phase": "Ready"}
+
+    replaced = dict(after, status={"phase": "Replaced"}, spec={"size": 0})
+    status, after = await call(http, "PUT", f"{WIDGETS}/w/status", replaced)
+    assert status == 200 and after["status"] == {"phase": "Replaced"} and after["spec"] == {"size": 8}
 
 
 async def test_schema_validation(kube: KubeEmulator, http: aiohttp.ClientSession) -> None:

@@ -557,7 +557,7 @@ class KubeEmulator:
     async def start(self) -> None:
         """Start serving on 127.0.0.1 on a random free port."""
         await self.discovery.__aenter__()
-        server = aiohttp.web.Server(self._serve_http)
+        server = aiohttp.web.Server(self._serve_http, access_log=None)  # the journal records requests
         self._runner = aiohttp.web.ServerRunner(server, shutdown_timeout=1.0)
         await self._runner.setup()
         site = aiohttp.web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -911,8 +911,8 @@ class KubeEmulator:
                 except TimeoutError:
                     break
             await response.write_eof()
-        except (ConnectionError, aiohttp.ClientConnectionResetError, asyncio.CancelledError):
-            pass
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            pass  # the client went away
         return response
 
     # ---------------------------------------------------------------------------------- writes
