@@ -36,6 +36,7 @@ class Settings(BaseModel):
     send_pause_s: float = Field(0.3, ge=0, description="Pause between typed text and Enter (Ink takes a paste otherwise).")
     verify_timeout_s: float = Field(8.0, gt=0, description="How long to wait for a pane to change after sending.")
     restart_timeout_s: float = Field(30.0, gt=0, description="How long a Codex restart may take.")
+    retry_delay_s: float = Field(30.0, gt=0, description="Retry delay of a box whose Subscription or Secret is missing.")
     usage_interval_s: float = Field(300.0, gt=0, description="Usage read period of a subscription far from thresholds.")
     usage_near_interval_s: float = Field(60.0, gt=0, description="Usage read period within 10 points of a threshold.")
     usage_min_interval_s: float = Field(5.0, gt=0, description="Shortest period between usage reads of one subscription.")

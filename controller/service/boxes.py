@@ -66,12 +66,16 @@ class Outcome:
     retry_after: float | None = None
 
 
-def _fail(body: dict[str, Any], rt: Runtime, reason: str, message: str, retry: float | None = 30.0) -> Outcome:
+_RETRY = -1.0  # "retry after the configured delay" (settings.retry_delay_s)
+
+
+def _fail(body: dict[str, Any], rt: Runtime, reason: str, message: str, retry: float | None = _RETRY) -> Outcome:
     status = body.get("status") or {}
     gen = body["metadata"].get("generation")
     conds = set_condition(status.get("conditions") or [], C.COND_READY, False, reason, message, rt.clock(), gen)
     return Outcome(status={"conditions": conds, "state": "Error", "observedGeneration": gen},
-                   events=[("Warning", reason, message)], retry_after=retry)
+                   events=[("Warning", reason, message)],
+                   retry_after=rt.settings.retry_delay_s if retry == _RETRY else retry)
 
 
 async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
@@ -163,7 +167,8 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
     now = rt.clock()
     if phase == "Running":
         conds = set_condition(status.get("conditions") or [], C.COND_READY, True, C.R_RECONCILED,
-                              "Pod running; tabs are watched" if uses_limits and provider else "Pod running", now, gen)
+                              "Pod running; tabs are watched" if uses_limits and provider else
+                              "Pod running (limit features are off for this agent)", now, gen)
     else:
         conds = set_condition(status.get("conditions") or [], C.COND_READY, False, C.R_POD_PENDING,
                               f"Pod {pod_name(name)} is {phase}", now, gen)

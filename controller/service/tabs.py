@@ -143,7 +143,7 @@ class BoxWatcher:
         pod = await self.rt.kube.get_pod(self.namespace, pod_name(self.name))
         phase = ((pod or {}).get("status") or {}).get("phase")
         if spec.agent not in C.SUPPORTED_SUBSCRIPTION_AGENTS or not spec.subscription:
-            await self._write_ready(body, phase)  # limit features are off for this agent
+            await self._write_ready(body, phase, watched=False)  # limit features are off for this agent
             return s.scan_interval_s
         if self.records is None:
             status = body.get("status") or {}
@@ -565,27 +565,33 @@ class BoxWatcher:
                else f"sent '{continue_text}'")
         return moved, how if moved else f"{how} but the screen did not change"
 
-    def _ready_conditions(self, body: dict[str, Any], conds: list[dict[str, Any]], phase: str | None) -> list[dict[str, Any]]:
+    def _ready_conditions(self, body: dict[str, Any], conds: list[dict[str, Any]], phase: str | None,
+                          watched: bool = True) -> list[dict[str, Any]]:
         """Ready follows the pod once the reconcile succeeded (it owns the failure reasons)."""
         current = next((c for c in conds if c.get("type") == C.COND_READY), None)
         if current and current.get("reason") not in (C.R_RECONCILED, C.R_POD_PENDING):
             return conds
         gen = (body.get("metadata") or {}).get("generation")
         if phase == "Running":
-            return set_condition(conds, C.COND_READY, True, C.R_RECONCILED, "Pod running; tabs are watched",
-                                 self.rt.clock(), gen)
+            return set_condition(conds, C.COND_READY, True, C.R_RECONCILED,
+                                 "Pod running; tabs are watched" if watched
+                                 else "Pod running (limit features are off for this agent)", self.rt.clock(), gen)
         if phase is None:
             return conds
         return set_condition(conds, C.COND_READY, False, C.R_POD_PENDING,
                              f"Pod {pod_name(self.name)} is {phase}", self.rt.clock(), gen)
 
-    async def _write_ready(self, body: dict[str, Any], phase: str | None) -> None:
-        """Patch only the Ready condition (boxes whose tabs are not watched, or pods not running)."""
-        self._phase = phase
-        conds = list((body.get("status") or {}).get("conditions") or [])
-        new = self._ready_conditions(body, conds, phase)
-        if new != conds:
-            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, {"conditions": new})
+    async def _write_ready(self, body: dict[str, Any], phase: str | None, watched: bool = True) -> None:
+        """Patch only Ready and the box state (boxes whose tabs are not watched, or pods not running)."""
+        status = body.get("status") or {}
+        conds = list(status.get("conditions") or [])
+        new = self._ready_conditions(body, conds, phase, watched)
+        state = status.get("state")
+        if state != "Error" and phase:
+            state = "Running" if phase == "Running" else "Pending"
+        if new != conds or state != status.get("state"):
+            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
+                                            {"conditions": new, "state": state})
 
     async def _write_status(self, body: dict[str, Any], spec: AgentBoxSpec, tabs: list[Any] | None,
                             problem: str | None) -> None:

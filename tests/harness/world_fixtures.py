@@ -14,7 +14,8 @@ from controller.sim.world import World
 FAST = Settings(
     scan_interval_s=1.0, resume_margin_s=1.0, human_idle_s=4.0, auto_continue_grace_s=6.0, settle_s=4.0,
     max_attempts=3, unknown_reset_recheck_s=5.0, send_pause_s=0.15, verify_timeout_s=4.0, restart_timeout_s=15.0,
-    usage_interval_s=30.0, usage_max_age_s=2.0, exec_timeout_s=10.0, metrics_port=0,
+    usage_interval_s=30.0, usage_max_age_s=2.0, exec_timeout_s=10.0, metrics_port=0, retry_delay_s=2.0,
+    usage_near_interval_s=5.0, usage_min_interval_s=1.0,
 )
 
 
