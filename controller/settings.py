@@ -33,6 +33,8 @@ class Settings(BaseModel):
     settle_s: float = Field(20.0, ge=0, description="After a send, the same limit line within this time is the old one.")
     max_attempts: int = Field(5, ge=1, description="Resumes for a limit that keeps coming back before asking a human.")
     unknown_reset_recheck_s: float = Field(300.0, gt=0, description="Re-check period when no reset time is known.")
+    stall_s: float = Field(1800.0, gt=0, description="A tab whose screen has not changed for this long, with no "
+                           "limit recognised, needs a human (NeedsAttention).")
     send_pause_s: float = Field(0.3, ge=0, description="Pause between typed text and Enter (Ink takes a paste otherwise).")
     verify_timeout_s: float = Field(8.0, gt=0, description="How long to wait for a pane to change after sending.")
     restart_timeout_s: float = Field(30.0, gt=0, description="How long a Codex restart may take.")

@@ -187,3 +187,14 @@ def test_auto_continue_keeps_its_grace_after_a_reset_not_yet():
     usage = Usage({"five_hour": Window("five_hour", 100.0, later)}, read_at=due)
     plan = after_usage(rec, usage_verdict(usage, "five_hour", due), due, CFG)
     assert plan.record.resume_at == later + timedelta(seconds=120)
+
+
+def test_structured_only_limit_is_remembered_past_its_reset_until_resumed():
+    det = Detection(TabState.RATE_LIMITED, LimitKind.USAGE, RESET, "five_hour", prompt_text="",
+                    evidence="statusline: 5-hour window at 100 %", detected_by="structured:statusline")
+    rec = plan_tab(TabRecord("t"), det, None, T0, CFG).record
+    # After the reset the statusline data no longer says "limited": the tab looks idle.
+    due = plan_tab(rec, IDLE, None, RESET + timedelta(seconds=11), CFG)
+    assert due.action == Action.CHECK_USAGE
+    sent = after_usage(due.record, usage_verdict(None, None, RESET), RESET + timedelta(seconds=11), CFG).record
+    assert plan_tab(sent, IDLE, None, RESET + timedelta(seconds=40), CFG).record.phase == Phase.IDLE

@@ -144,6 +144,14 @@ def plan_tab(rec: TabRecord, det: Detection, last_input_at: datetime | None, now
     """
     rec = replace(rec, last_input_at=last_input_at)
 
+    if (det.state == TabState.IDLE and rec.phase == Phase.RATE_LIMITED and rec.limit_key
+            and (rec.detected_by or "").startswith("structured:") and rec.sent_for != rec.limit_key):
+        # A limit known only from structured data (no line on screen) vanishes from that data at
+        # its reset instant: the remembered event stands until the tab is resumed.
+        remembered = Detection(TabState.RATE_LIMITED, LimitKind.USAGE, rec.resets_at, rec.window,
+                               prompt_text=det.prompt_text, detected_by=rec.detected_by or "")
+        return _schedule(rec, remembered, now, cfg, resume_enabled)
+
     if det.state != TabState.RATE_LIMITED:
         phase = {
             TabState.WORKING: Phase.WORKING,
@@ -304,3 +312,24 @@ def unknown_reset_plan(rec: TabRecord, now: datetime, cfg: ResumeConfig) -> TabP
     at = now + timedelta(seconds=cfg.unknown_reset_recheck_s)
     return TabPlan(replace(rec, resume_at=at, message=f"Limit without a reset time; re-checking at {at:%H:%M:%S} UTC"),
                    wake_at=at)
+
+
+def stall_plan(rec: TabRecord, det: Detection, unchanged_since: datetime, now: datetime, stall_s: float,
+               last_lines: str) -> TabPlan | None:
+    """Level 3 of detection: a tab whose screen has not changed for `stall_s` seconds, with no
+    recognised limit and no structured signal (state working or unrecognised), needs a human.
+
+    Returns None when the tab is not stalled; otherwise a NEEDS_ATTENTION plan whose message
+    carries the last screen lines (already redacted by the caller).
+    """
+    if det.state not in (TabState.WORKING, TabState.UNKNOWN):
+        return None
+    quiet = (now - unchanged_since).total_seconds()
+    if quiet < stall_s:
+        return None
+    minutes = int(quiet // 60)
+    message = (f"No progress for {minutes} min and no limit recognised; annotate the box with "
+               f"agentbox.dev/resume-now to send continue. Last lines: {last_lines}")
+    first = rec.phase != Phase.NEEDS_ATTENTION
+    return TabPlan(replace(rec, phase=Phase.NEEDS_ATTENTION, limit_key="stalled", message=message,
+                           resume_at=None), event="Stalled" if first else None)

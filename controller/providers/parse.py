@@ -421,3 +421,33 @@ def parse_codex_429(
         if exhausted:
             resets_at = max(exhausted)
     return limited, resets_at, Usage(windows=windows, read_at=now_utc)
+
+
+_STATUSLINE_WINDOWS = {"five_hour": "five_hour", "seven_day": "weekly"}
+
+
+def parse_statusline(payload: dict, read_at: datetime | None = None) -> Usage:
+    """Parse the JSON Claude Code pipes to its statusline command (Claude Code 2.1.x, saved by the
+    box's statusline helper): ``{"rate_limits": {"five_hour": {"used_percentage": 42, "resets_at":
+    <epoch s>}, "seven_day": {...}}, ...}``.
+
+    Returns:
+        Usage with `five_hour` / `weekly` windows in percent 0-100 (values above 100 kept) and
+        `read_at` = the given instant (the file's modification time). No `rate_limits` (before the
+        first reply) gives a Usage without windows ("no data", not 0 %).
+
+    Raises:
+        UsageParseError: naming e.g. ``rate_limits.five_hour.used_percentage``.
+    """
+    payload = _require_dict(payload, "statusline")
+    windows: dict[str, Window] = {}
+    rl = _obj(payload.get("rate_limits"), "rate_limits")
+    for key, name in _STATUSLINE_WINDOWS.items():
+        w = _obj((rl or {}).get(key), f"rate_limits.{key}")
+        if w is None:
+            continue
+        pct = _percent(w.get("used_percentage"), f"rate_limits.{key}.used_percentage")
+        if pct is None:
+            continue
+        _put(windows, Window(name, pct, _epoch(w.get("resets_at"), f"rate_limits.{key}.resets_at")))
+    return Usage(windows=windows, read_at=read_at)

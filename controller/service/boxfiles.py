@@ -5,9 +5,12 @@ never inside a script."""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
 from controller.agents.base import Profile
+from controller.domain.types import Usage
 
 ExecFn = Callable[..., Awaitable[Any]]
 """`await exec_fn(argv, stdin=None) -> result(stdout, stderr, rc)` in the box container."""
@@ -58,3 +61,41 @@ async def print_notice(exec_fn: ExecFn, pane_id: str, text: str) -> None:
     res = await exec_fn(["sh", "-c", _NOTICE, "sh", text, path])
     if res.rc != 0:
         raise BoxFileError(f"printing the notice exited {res.rc}")
+
+
+# The statusline helper of the box image saves Claude Code's statusline stdin here.
+STATUSLINE_PATH = ".agentbox/statusline.json"
+_STATUSLINE = 'f="$HOME/$1"; [ -f "$f" ] || exit 3; stat -c %Y "$f" && head -c 65536 "$f"'
+# The newest Codex rollout file's last token_count event.
+_ROLLOUT = ('f=$(ls -t "$HOME"/.codex/sessions/*/*/*/rollout-*.jsonl 2>/dev/null | head -n 1); '
+            '[ -n "$f" ] || exit 3; grep -F \'"token_count"\' "$f" | tail -n 1')
+
+
+async def read_structured(exec_fn: ExecFn, agent: str, now: datetime) -> tuple[Usage | None, str]:
+    """The agent's own machine-readable usage from the box: (usage or None, source name).
+
+    Claude Code: the statusline input saved by the box's statusline helper (`rate_limits`,
+    Claude Code 2.1.x). Codex: the last `token_count` event of the newest rollout file
+    (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, Codex CLI 0.1xx). Unparseable data counts as none.
+    """
+    from controller.providers.parse import UsageParseError, parse_statusline, parse_token_count
+
+    if agent == "claude-code":
+        res = await exec_fn(["sh", "-c", _STATUSLINE, "sh", STATUSLINE_PATH])
+        if res.rc != 0:
+            return None, "statusline"
+        first, _, rest = res.stdout.partition("\n")
+        try:
+            read_at = datetime.fromtimestamp(int(first.strip()), timezone.utc)
+            return parse_statusline(json.loads(rest), read_at), "statusline"
+        except (ValueError, UsageParseError):
+            return None, "statusline"
+    if agent == "codex":
+        res = await exec_fn(["sh", "-c", _ROLLOUT, "sh"])
+        if res.rc != 0 or not res.stdout.strip():
+            return None, "rollout"
+        try:
+            return parse_token_count(json.loads(res.stdout.strip().splitlines()[-1])), "rollout"
+        except (ValueError, UsageParseError):
+            return None, "rollout"
+    return None, ""

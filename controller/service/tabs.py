@@ -21,8 +21,9 @@ from controller import constants as C
 from controller import metrics
 from controller.conditions import rfc3339, set_condition
 from controller.domain.resume import (
-    Action, Phase, ResumeConfig, TabPlan, TabRecord, after_usage, limit_key, plan_tab, usage_verdict,
+    Action, Phase, ResumeConfig, TabPlan, TabRecord, after_usage, limit_key, plan_tab, stall_plan, usage_verdict,
 )
+from controller.domain.signals import last_lines, merge
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
 from controller.domain.types import Detection, LimitKind, TabState
 from controller.kube.objects import box_container, make_box_secret, pod_name
@@ -130,6 +131,7 @@ class BoxWatcher:
         self._noted: set[str] = set()
         self._uid: str | None = None
         self.sub_problem: str | None = None
+        self.seen: dict[str, tuple[int, datetime]] = {}   # tab -> (screen hash, unchanged since)
 
     # ------------------------------------------------------------------ one pass
     async def tick(self, body: dict[str, Any]) -> float:
@@ -178,6 +180,7 @@ class BoxWatcher:
         annotations = (body.get("metadata") or {}).get("annotations") or {}
         now = self.rt.clock()
         dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
+        dets = await self._structured(term, spec, dets, now)
         await self._subscriptions(term, tabs, dets, inputs, spec, body, now)
         resume_on = spec.when_agent_stops.resume_after_reset and not self.reserved
         wake: list[datetime] = []
@@ -188,6 +191,13 @@ class BoxWatcher:
             det = dets[tab.name]
             rec = self.records.get(tab.name) or TabRecord(tab.name)
             plan = plan_tab(rec, det, inputs.get(tab.id), now, self.cfg, resume_on)
+            screen = screens.get(tab.id, "")
+            digest = hash(screen)
+            if self.seen.get(tab.name, (None,))[0] != digest:
+                self.seen[tab.name] = (digest, now)
+            stalled = stall_plan(plan.record, det, self.seen[tab.name][1], now, s.stall_s, last_lines(screen))
+            if stalled is not None:
+                plan = stalled
             plan = self._apply_annotations(plan, det, annotations, now)
             plan = await self._act(term, tab, spec, det, plan, body, tz, patterns)
             self.records[tab.name] = plan.record
@@ -205,6 +215,24 @@ class BoxWatcher:
         for at in wake:
             delay = min(delay, max(0.0, (at - now).total_seconds()))
         return delay
+
+    # ------------------------------------------------------------------ structured signals (level 1)
+    async def _structured(self, term: BoxTerminal, spec: AgentBoxSpec, dets: dict[str, Detection],
+                          now: datetime) -> dict[str, Detection]:
+        """Merge the agent's own machine-readable usage (Claude Code statusline input, Codex rollout
+        `token_count` events) into the screen detections. Read only when a tab is not visibly busy."""
+        if not any(d.state in (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN) for d in dets.values()):
+            return dets
+        from controller.service.boxfiles import read_structured
+
+        try:
+            usage, source = await read_structured(term.exec_fn, spec.agent, now)
+        except Exception as exc:  # noqa: BLE001 - no structured data is a normal case
+            log.debug("Box %s/%s: no structured usage (%s)", self.namespace, self.name, type(exc).__name__)
+            return dets
+        if usage is None:
+            return dets
+        return {name: merge(det, usage, source, now) for name, det in dets.items()}
 
     # ------------------------------------------------------------------ subscriptions: rotation, reserve
     async def _subscriptions(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
@@ -429,7 +457,9 @@ class BoxWatcher:
 
     def _apply_annotations(self, plan: TabPlan, det: Detection, annotations: dict[str, str], now: datetime) -> TabPlan:
         rec = plan.record
-        if rec.phase not in (Phase.RATE_LIMITED, Phase.NEEDS_ATTENTION) or det.state != TabState.RATE_LIMITED:
+        stalled = rec.phase == Phase.NEEDS_ATTENTION and rec.limit_key == "stalled"
+        if not stalled and (rec.phase not in (Phase.RATE_LIMITED, Phase.NEEDS_ATTENTION)
+                            or det.state != TabState.RATE_LIMITED):
             return plan
         if annotations.get(C.ANNOTATION_CANCEL_RESUME, "").lower() == "true":
             return TabPlan(replace(rec, resume_at=None, message="Scheduled resume cancelled by annotation "
@@ -445,6 +475,8 @@ class BoxWatcher:
                       message=f"Resume requested by annotation for {at:%H:%M:%S} UTC")
         if at > now:
             return TabPlan(rec, wake_at=at)
+        if stalled:
+            self.seen.pop(rec.name, None)
         return TabPlan(replace(rec, resets_at=None), action=Action.CHECK_USAGE, event="ResumeRequested")
 
     async def _consume_annotations(self, annotations: dict[str, str]) -> None:
@@ -461,7 +493,7 @@ class BoxWatcher:
             when = f"resets {rfc3339(det.resets_at)}" if det.resets_at else "no reset time on screen"
             nxt = rec.message or "the reset has passed; checking the subscription's usage now"
             self.post_event("Normal", "LimitDetected", f"Tab {tab.name}: usage limit ({when}); {nxt}")
-        elif plan.event in ("ResumeNotTakingEffect", "PromptNotEmpty", "OutOfCredits", "NeedsAttention"):
+        elif plan.event in ("ResumeNotTakingEffect", "PromptNotEmpty", "OutOfCredits", "NeedsAttention", "Stalled"):
             self.post_event("Warning", plan.event, f"Tab {tab.name}: {rec.message}")
         elif plan.event == "LimitCameBack":
             self.post_event("Normal", "LimitCameBack", f"Tab {tab.name}: {rec.message}")

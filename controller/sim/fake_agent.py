@@ -201,6 +201,12 @@ class FakeAgent:
             return
         if self.mode == "prompt":
             return  # a permission prompt only takes a human's answer here
+        if self.mode == "frozen":
+            if ch in ("\r", "\n") and self.typed:
+                self.submit()
+            elif ch.isprintable():
+                self.typed += ch
+            return
         if self.mode == "working" and ch == "\x1b":
             self.mode = "idle"
             _log("interrupted")
@@ -231,6 +237,9 @@ class FakeAgent:
 
     def tick(self) -> None:
         now = time.time()
+        if self.mode == "working" and int(now) != getattr(self, "_spun", 0):
+            self._spun = int(now)   # the spinner and its timer move every second, as in the real TUI
+            self.redraw()
         if self.mode == "working" and now >= self.work_until:
             self.mode = "idle"
             self.say("", "⏺ Done: the parser is refactored and the tests pass.")
@@ -252,6 +261,14 @@ class FakeAgent:
             self.redraw()
         elif self.ns.start_working:
             self.start_work("initial task")
+        elif self.ns.wrap_up:
+            self.say("", "⏺ Approaching your 5-hour usage limit — Claude will wrap up the current step.")
+            self.mode = "idle"
+            self.redraw()
+        elif self.ns.frozen:
+            self.say("", "⏺ Bash(npm test)", "  ⎿  Running…")
+            self.mode = "frozen"
+            self.screen.draw([])
         elif self.ns.resumed and time.time() >= self.reset:
             self.hit_limit_shown_only()
         else:
@@ -298,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt", action="store_true", help="open a permission prompt instead of hitting the limit")
     p.add_argument("--work-seconds", type=float, default=60.0, help="how long it works after continuing")
     p.add_argument("--start-working", action="store_true", help="start busy on a task (no limit line)")
+    p.add_argument("--wrap-up", action="store_true", help="end the turn with the ~95 %% notice, no banner")
+    p.add_argument("--frozen", action="store_true", help="hang mid-tool with no prompt and no limit line")
     p.add_argument("--limited-token", help="the access token whose account is limited: a submit on another "
                    "account's login (read from $HOME) works at once")
     p.add_argument("--resumed", action="store_true", help=argparse.SUPPRESS)

@@ -1,0 +1,69 @@
+"""Layered detection (DESIGN §3): structured data first, then line patterns. Pure.
+
+`merge` combines a tab's screen `Detection` with a structured usage reading of the same account
+(Claude Code's statusline input, Codex's rollout `token_count` events, the provider usage API):
+
+* a limit line whose reset the structured data knows exactly gets that instant (agents print
+  minute-rounded local times);
+* an idle or unrecognised tab whose account has a window at 100 % (reset still ahead) is rate
+  limited even without a line (e.g. the turn ended without a banner);
+* a warning or a working agent is left as the screen says.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import datetime
+
+from controller.domain.types import Detection, LimitKind, TabState, Usage
+
+_LABEL = {"five_hour": "5-hour", "weekly": "weekly"}
+
+
+def exhausted(usage: Usage | None, now: datetime) -> tuple[str, datetime] | None:
+    """(window, reset) of the exhausted window with the latest reset still ahead, or None."""
+    if usage is None:
+        return None
+    hits = [(w.name, w.resets_at) for w in usage.windows.values()
+            if w.utilization >= 100 and w.resets_at is not None and w.resets_at > now]
+    return max(hits, key=lambda h: h[1]) if hits else None  # type: ignore[return-value]
+
+
+def merge(det: Detection, usage: Usage | None, source: str, now: datetime) -> Detection:
+    """Combine a screen detection with structured usage data from `source` (e.g. "statusline").
+
+    Args:
+        det: what the screen says.
+        usage: the structured reading, or None.
+        source: name of the structured source, recorded in `detected_by`.
+        now: current instant (UTC).
+    """
+    hit = exhausted(usage, now)
+    if hit is None:
+        return det
+    window, reset = hit
+    if det.state == TabState.RATE_LIMITED and det.kind == LimitKind.USAGE:
+        return replace(det, resets_at=reset, window=det.window or window,
+                       detected_by=f"structured:{source}+{det.detected_by}")
+    if det.state in (TabState.IDLE, TabState.UNKNOWN):
+        return Detection(TabState.RATE_LIMITED, LimitKind.USAGE, reset, window, prompt_text=det.prompt_text,
+                         evidence=f"{source}: {_LABEL.get(window, window)} window at 100 %",
+                         detected_by=f"structured:{source}")
+    return det
+
+
+_SECRETISH = re.compile(
+    r"(sk-[A-Za-z0-9_-]{8,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_.-]+|[A-Za-z0-9+/_-]{40,}={0,2})")
+
+
+def redact(text: str) -> str:
+    """Mask token-like strings (API keys, JWTs, long base64/hex runs) in screen text before it
+    goes into an Event or status."""
+    return _SECRETISH.sub("[redacted]", text)
+
+
+def last_lines(screen: str, n: int = 5, width: int = 160) -> str:
+    """The last `n` non-empty lines of a screen, each cut to `width`, redacted."""
+    lines = [ln.rstrip()[:width] for ln in screen.splitlines() if ln.strip()]
+    return redact(" | ".join(lines[-n:]))

@@ -1,0 +1,73 @@
+"""Detection levels 1 and 3 end to end: structured data (Claude Code's statusline input saved in
+the box) and asking a human when a tab stalls with nothing recognised."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+from tests.harness.world_fixtures import FAST
+
+pytestmark = pytest.mark.component
+
+
+def tab(world: World, box: str = "box") -> dict:
+    tabs = ((world.box(box) or {}).get("status") or {}).get("tabs") or []
+    return tabs[0] if tabs else {}
+
+
+async def setup(world: World, reset: float, *agent_args: str) -> None:
+    world.provider.add_login("tok-a", "acct-a")
+    world.provider.set_windows("acct-a", five_hour=(100.0, datetime.fromtimestamp(reset, timezone.utc)),
+                               weekly=(30.0, utc_in(86400)))
+    await world.add_secret("login", "credentials.json", claude_login("tok-a"))
+    await world.add_subscription("a", "anthropic", "login", "credentials.json")
+    await world.add_box("box", "claude-code", "a")
+    await world.run_pod("box", [TabSpec("main", fake_agent_argv("claude-code", reset, *agent_args))])
+
+
+async def test_statusline_data_catches_a_turn_that_ended_without_a_banner(world: World):
+    world.start_operator()
+    reset = float(math.ceil(time.time() + 6))
+    statusline = world.pod_dir("box") / ".agentbox" / "statusline.json"
+    statusline.parent.mkdir(parents=True, exist_ok=True)
+    statusline.write_text(json.dumps({"session_id": "s", "rate_limits": {
+        "five_hour": {"used_percentage": 100, "resets_at": int(reset)},
+        "seven_day": {"used_percentage": 30, "resets_at": int(reset) + 86400}}}))
+    await setup(world, reset, "--wrap-up")
+    await eventually(lambda: tab(world).get("state") == "RateLimited", 15, what="structured limit")
+    assert tab(world)["detectedBy"] == "structured:statusline"
+    assert tab(world)["resetsAt"] == datetime.fromtimestamp(reset, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        await eventually(lambda: [e for e in world.agent_log("box", "main") if e["event"] == "submit"], 30)
+    except TimeoutError:
+        print("TAB", tab(world), [(e["reason"], e["message"]) for e in world.events("box")], world.screen("box", "main"))
+        raise
+    sent = [e for e in world.agent_log("box", "main") if e["event"] == "submit"]
+    assert [e["text"] for e in sent] == ["continue"] and sent[0]["t"] >= reset
+
+
+async def test_stalled_tab_asks_a_human_who_answers_with_the_annotation(tmp_path):
+    async with World(tmp_path / "w", FAST.model_copy(update={"stall_s": 3.0})) as world:
+        world.start_operator()
+        await setup(world, time.time() - 60, "--frozen")
+        world.provider.set_windows("acct-a", five_hour=(20.0, utc_in(3600)), weekly=(30.0, utc_in(86400)))
+        await eventually(lambda: tab(world).get("state") == "NeedsAttention", 20, what="stalled tab flagged")
+        assert "No progress" in tab(world)["message"] and "Running" in tab(world)["message"]
+        cond = next(c for c in world.box("box")["status"]["conditions"] if c["type"] == "NeedsAttention")
+        assert cond["status"] == "True"
+        await eventually(lambda: any(e["reason"] == "Stalled" and e["type"] == "Warning" and "Running" in e["message"]
+                                     for e in world.events("box")), 10)
+        assert not [e for e in world.agent_log("box", "main") if e["event"] in ("key", "submit")], \
+            "nothing is typed until a human answers"
+        await world.patch(world.box_path("box"), {"metadata": {"annotations": {"agentbox.dev/resume-now": "1"}}})
+        await eventually(lambda: [e for e in world.agent_log("box", "main") if e["event"] == "submit"], 15)
+        assert [e["text"] for e in world.agent_log("box", "main") if e["event"] == "submit"] == ["continue"]
+        await eventually(lambda: "agentbox.dev/resume-now" not in
+                         (world.box("box")["metadata"].get("annotations") or {}), 10, what="annotation consumed")
