@@ -550,3 +550,14 @@ def test_echoed_prompt_box_above_a_menu_is_not_the_input():
     assert result.state is TabState.RATE_LIMITED, result.to_json()
     assert result.limit_menu is True and result.menu_choice == 2
     assert result.prompt_text is None
+
+
+def test_user_patterns_run_on_re2_in_linear_time():
+    """A pattern that backtracks exponentially in Python's `re` (it would hang this test until the
+    per-test timeout) returns at once on RE2."""
+    from controller.domain.detection import InvalidPattern, compile_user_pattern
+
+    up = compile_user_pattern(r"(x|x)*y limit")
+    assert up.regex.search("x" * 5000 + "z") is None
+    with pytest.raises(InvalidPattern, match="lookaround"):
+        compile_user_pattern(r"(?<=resets )\d+")

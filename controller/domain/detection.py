@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from controller.domain.timeparse import from_parts, parse_when
 from controller.domain.types import (
@@ -219,12 +219,13 @@ class UserPattern:
     """A validated user pattern from ``spec.detection.patterns``.
 
     Attributes:
-        regex: the compiled regex (Python ``re``; a later issue may switch to RE2).
+        regex: the compiled regex (RE2 through the ``google-re2`` binding: matching time is
+            linear in the line length, so a user pattern can never hang the controller).
         kind: what a match means: USAGE (default), CREDITS, OVERLOAD or WARNING.
         source: the pattern text as given.
     """
 
-    regex: re.Pattern[str]
+    regex: Any
     kind: LimitKind = LimitKind.USAGE
     source: str = ""
 
@@ -266,11 +267,19 @@ def compile_user_pattern(
             f"{field_path}: unknown kind {kind!r} (expected usage, credits, overload or warning)"
         ) from None
     if _NESTED_QUANTIFIER.search(text):
+        # RE2 would run it in linear time anyway; refused because it is almost always a mistake.
         raise InvalidPattern(f"{field_path}: nested quantifier (e.g. (a+)+) can backtrack catastrophically")
+    import re2
+
+    options = re2.Options()
+    options.case_sensitive = False
+    options.log_errors = False
     try:
-        regex = re.compile(text, re.IGNORECASE)
-    except re.error as exc:
-        raise InvalidPattern(f"{field_path}: not a valid regular expression: {exc}") from None
+        regex = re2.compile(text, options)
+    except re2.error as exc:
+        raise InvalidPattern(
+            f"{field_path}: not a valid regular expression for RE2 (no lookaround or backreferences): {exc}"
+        ) from None
     unknown = sorted(set(regex.groupindex) - USER_PATTERN_GROUPS)
     if unknown:
         raise InvalidPattern(
