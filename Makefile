@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-unit bench crds lint clean tmux e2e
+.PHONY: venv demo test test-unit bench crds lint clean tmux e2e agents
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,14 @@ tmux:
 demo: venv
 	$(VENV)/bin/agentbox-controller demo $(if $(REAL_AGENTS),--real-agents,)
 
-test: venv
+# The real Claude Code and Codex CLIs (versions pinned in controller/sim/real_agents.py) for the
+# real-agent tests and `make demo REAL_AGENTS=1`; installed once into .agents/, skipped without npm.
+agents: venv
+	@if command -v npm >/dev/null 2>&1; then \
+	  $(PY) -c "from controller.sim.real_agents import ensure_installed as e, PINNED as p; e(); print('agents: ' + ', '.join(k + '@' + v for k, v in p.items()) + ' in .agents/')"; \
+	else echo "agents: npm not found, skipping the real Claude Code / Codex CLIs (their tests will be skipped)"; fi
+
+test: venv agents
 	mkdir -p tmp
 	$(PY) -m pytest -q -rs --basetemp=tmp/pytest $(PYTEST_ARGS)
 

@@ -4,6 +4,17 @@ Serves (shapes as in tests/fixtures/corpus/usage-payloads.jsonl):
 - ``GET /api/oauth/usage`` (Anthropic OAuth usage, as Claude Code 2.1.x reads it);
 - ``GET /backend-api/wham/usage`` (ChatGPT usage, as Codex CLI 0.169 reads it).
 
+And the agents' own model calls, so the real CLIs can run against it (notes/real-agents.md):
+- ``POST /v1/messages`` (Claude Code, SSE streaming). While the caller's account has a window at
+  100 % whose reset is ahead (``set_windows``), the answer is the subscription 429 with the
+  ``anthropic-ratelimit-unified-*`` headers (status rejected, reset, representative claim), which makes
+  Claude Code print its real limit line; afterwards a short streamed text reply.
+- ChatGPT-mode Codex: ``GET /backend-api/wham/accounts/check``, 426 on the WebSocket upgrade of
+  ``/backend-api/codex/responses`` (Codex falls back to SSE at once), ``POST`` there (zstd body) with
+  SSE replies, or the 429 ``usage_limit_reached`` with ``x-codex-*`` headers while limited. Codex only
+  talks HTTPS in that mode: `start_tls()` adds a second port with a test CA made at runtime.
+Every model call is recorded in ``turns`` (the last user text and the user texts of the history).
+
 The Bearer token decides which account is asked (``add_login(token, account)``); unknown tokens get 401.
 Per account, either a raw payload (``set_usage``) or windows (``set_windows``, rendered into both shapes).
 ``fail_next`` scripts failures (5xx / 429 / 401 with headers). Every request is recorded in ``requests``
@@ -18,7 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
+import pathlib
+import ssl
+import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +43,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["Failure", "ProviderEmulator", "RecordedRequest"]
+__all__ = ["Failure", "ProviderEmulator", "RecordedRequest", "Turn"]
 
 HEADERS_OF_INTEREST = (
     "user-agent",
@@ -77,6 +93,29 @@ class Failure:
     path: str | None = None
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One model call of an agent CLI seen by the emulator.
+
+    Attributes:
+        api: "anthropic" (``/v1/messages``) or "openai" (``/responses``).
+        account: the account of the Bearer token (None when unknown).
+        text: the last user turn's last text (stripped), "" when none.
+        history: every user text of the request, oldest first (a resumed conversation repeats earlier ones).
+        status: the status answered (200, or 429 while limited).
+        at: epoch seconds when it arrived.
+        items: number of messages / input items in the request.
+    """
+
+    api: str
+    account: str | None
+    text: str
+    history: tuple[str, ...]
+    status: int
+    at: float
+    items: int
+
+
 @dataclass
 class _Account:
     five_hour: WindowSpec | None = None
@@ -104,19 +143,60 @@ class ProviderEmulator:
         self._failures: deque[Failure] = deque()
         self.latency_s: float = 0.0
         self.requests: list[RecordedRequest] = []
+        self.turns: list[Turn] = []
+        self.reply_text: str = "Done. The task is complete."
+        self.reply_s: float = 1.5  # how long a streamed reply takes (so the agents' spinners show)
+        self._tls_port: int | None = None
+        self._ids = itertools.count(1)
         self.app = web.Application(middlewares=[self._record_mw, self._fail_mw])
         self.app.router.add_get("/api/oauth/usage", self._anthropic_usage)
         self.app.router.add_get("/backend-api/wham/usage", self._openai_usage)
+        self.app.router.add_post("/v1/messages", self._anthropic_messages)
+        self.app.router.add_get("/backend-api/wham/accounts/check", self._openai_accounts_check)
+        self.app.router.add_get("/backend-api/codex/responses", self._openai_responses_upgrade)
+        self.app.router.add_post("/backend-api/codex/responses", self._openai_responses)
+        self.app.router.add_post("/v1/responses", self._openai_responses)
 
     # ----------------------------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
         """Bind a random port on 127.0.0.1 and serve."""
-        self._runner = web.AppRunner(self.app, access_log=None)
+        # Request bodies are decoded by the handlers (Codex sends zstd, which aiohttp cannot decode alone).
+        self._runner = web.AppRunner(self.app, access_log=None, auto_decompress=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, 0)
         await site.start()
         self._port = int(self._runner.addresses[0][1])  # port 0: the OS picked one
+        self._tls_port = None
+
+    async def start_tls(self, ca_path: pathlib.Path) -> None:
+        """Also serve HTTPS on a second loopback port, with a certificate for 127.0.0.1 signed by a
+        test CA generated now; the CA certificate (PEM) is written to ``ca_path`` (for
+        ``CODEX_CA_CERTIFICATE`` / ``NODE_EXTRA_CA_CERTS``). Call after `start()`."""
+        if self._runner is None:
+            raise RuntimeError("emulator not started")
+        ca_pem, cert_pem, key_pem = make_test_certificates(self._host)
+        ca_path = pathlib.Path(ca_path)
+        ca_path.parent.mkdir(parents=True, exist_ok=True)
+        ca_path.write_bytes(ca_pem)
+        chain = ca_path.with_name(ca_path.stem + "-server-chain.pem")
+        key = ca_path.with_name(ca_path.stem + "-server-key.pem")
+        chain.write_bytes(cert_pem + ca_pem)
+        key.write_bytes(key_pem)
+        key.chmod(0o600)
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(str(chain), str(key))
+        site = web.TCPSite(self._runner, self._host, 0, ssl_context=ctx)
+        await site.start()
+        server = getattr(site, "_server", None)
+        self._tls_port = int(server.sockets[0].getsockname()[1]) if server is not None else None
+
+    @property
+    def tls_url(self) -> str:
+        """HTTPS base URL (after `start_tls()`), e.g. https://127.0.0.1:40124."""
+        if self._tls_port is None:
+            raise RuntimeError("TLS not started")
+        return f"https://{self._host}:{self._tls_port}"
 
     async def stop(self) -> None:
         """Stop serving and release the port."""
@@ -325,3 +405,288 @@ class ProviderEmulator:
         if hdr is not None and hdr != self.account_for(request):
             return web.json_response({"detail": "account mismatch"}, status=403)
         return web.json_response(acc.payload if acc.payload is not None else self.render_openai(acc))
+
+    # ----------------------------------------------------------------------------------------- agents' model calls
+
+    def limited(self, acc: _Account) -> tuple[str, _Account, datetime] | None:
+        """(claim, account, reset) when a window of the account is at 100 % with its reset ahead."""
+        self._roll(acc)
+        now = self._now()
+        hit = [(name, spec[1]) for name, spec in (("five_hour", acc.five_hour), ("seven_day", acc.weekly),
+                                                  ("monthly", acc.monthly))
+               if spec is not None and spec[0] >= 100 and spec[1] is not None and spec[1] > now]
+        if not hit:
+            return None
+        claim, reset = max(hit, key=lambda h: h[1])  # with several windows rejected the latest reset wins
+        return claim, acc, reset
+
+    def user_turns(self, api: str | None = None, account: str | None = None) -> list[str]:
+        """The last user texts of the recorded model calls (optionally of one api / account)."""
+        return [t.text for t in self.turns if (api is None or t.api == api) and (account is None or t.account == account)]
+
+    @staticmethod
+    async def _json_body(request: web.Request) -> Any:
+        raw = await request.read()
+        enc = request.headers.get("Content-Encoding", "").lower()
+        if enc == "zstd":
+            import zstandard
+
+            raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+        elif enc in ("gzip", "deflate"):
+            raw = zlib.decompress(raw, 47)
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            return {}
+
+    def _record_turn(self, api: str, request: web.Request, texts: list[str], items: int, status: int) -> None:
+        self.turns.append(Turn(api, self.account_for(request) if api == "anthropic" else self._openai_account(request),
+                               texts[-1] if texts else "", tuple(texts), status, time.time(), items))
+
+    def _openai_account(self, request: web.Request) -> str | None:
+        return self.account_for(request)
+
+    # Anthropic ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _anthropic_user_texts(body: dict) -> list[str]:
+        out: list[str] = []
+        for msg in body.get("messages") or []:
+            if not isinstance(msg, dict) or msg.get("role") != "user":
+                continue
+            content = msg.get("content")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+            texts = [b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+            out += [t.strip() for t in texts if t.strip() and not t.lstrip().startswith("<system-reminder>")]
+        return out
+
+    def _unified_headers(self, claim: str, acc: _Account, reset: datetime) -> dict[str, str]:
+        now = self._now()
+        epoch = str(int(reset.timestamp()))
+        h = {
+            "anthropic-ratelimit-unified-status": "rejected",
+            "anthropic-ratelimit-unified-reset": epoch,
+            "anthropic-ratelimit-unified-representative-claim": claim,
+            "anthropic-ratelimit-unified-overage-status": "rejected",
+            "anthropic-ratelimit-unified-overage-disabled-reason": "org_level_disabled",
+            "anthropic-ratelimit-unified-fallback-percentage": "0.5",
+            "retry-after": str(max(1, int((reset - now).total_seconds()))),
+        }
+        for short, spec in (("5h", acc.five_hour), ("7d", acc.weekly)):
+            if spec is None:
+                continue
+            pct, at = spec
+            h[f"anthropic-ratelimit-unified-{short}-status"] = "rejected" if pct >= 100 else "allowed"
+            h[f"anthropic-ratelimit-unified-{short}-utilization"] = f"{pct / 100:.2f}"
+            if at is not None:
+                h[f"anthropic-ratelimit-unified-{short}-reset"] = str(int(at.timestamp()))
+        return h
+
+    def _allowed_headers(self, acc: _Account) -> dict[str, str]:
+        h = {"anthropic-ratelimit-unified-status": "allowed"}
+        for short, spec in (("5h", acc.five_hour), ("7d", acc.weekly)):
+            if spec is None:
+                continue
+            h[f"anthropic-ratelimit-unified-{short}-status"] = "allowed"
+            h[f"anthropic-ratelimit-unified-{short}-utilization"] = f"{spec[0] / 100:.2f}"
+            if spec[1] is not None:
+                h[f"anthropic-ratelimit-unified-{short}-reset"] = str(int(spec[1].timestamp()))
+        return h
+
+    async def _anthropic_messages(self, request: web.Request) -> web.StreamResponse:
+        body = await self._json_body(request)
+        texts = self._anthropic_user_texts(body) if isinstance(body, dict) else []
+        items = len(body.get("messages") or []) if isinstance(body, dict) else 0
+        acc, err = self._resolve(request)
+        if err is not None:
+            self._record_turn("anthropic", request, texts, items, err.status)
+            return err
+        assert acc is not None
+        hit = self.limited(acc)
+        if hit is not None:
+            self._record_turn("anthropic", request, texts, items, 429)
+            claim, _, reset = hit
+            return web.json_response(
+                {"type": "error", "error": {"type": "rate_limit_error",
+                                            "message": "This request would exceed your account's rate limit. "
+                                                       "Please try again later."}},
+                status=429, headers=self._unified_headers(claim, acc, reset))
+        self._record_turn("anthropic", request, texts, items, 200)
+        model = body.get("model", "claude-sonnet-4-5") if isinstance(body, dict) else "claude-sonnet-4-5"
+        msg_id = f"msg_emu{next(self._ids):06d}"
+        words = self.reply_text.split(" ")
+        usage = {"input_tokens": 12, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        if not (isinstance(body, dict) and body.get("stream")):
+            return web.json_response({
+                "id": msg_id, "type": "message", "role": "assistant", "model": model,
+                "content": [{"type": "text", "text": self.reply_text}], "stop_reason": "end_turn",
+                "stop_sequence": None, "usage": {**usage, "output_tokens": len(words)}},
+                headers=self._allowed_headers(acc))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "request-id": f"req_emu{next(self._ids):06d}", **self._allowed_headers(acc)})
+        await resp.prepare(request)
+
+        async def event(name: str, data: dict) -> None:
+            await resp.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+
+        try:
+            await self._stream_anthropic(event, msg_id, model, usage, words)
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the CLI went away mid-reply (stopped, or Esc)
+        return resp
+
+    async def _stream_anthropic(self, event: Callable, msg_id: str, model: str, usage: dict, words: list[str]) -> None:
+        await event("message_start", {"type": "message_start", "message": {
+            "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": usage}})
+        await event("content_block_start", {"type": "content_block_start", "index": 0,
+                                            "content_block": {"type": "text", "text": ""}})
+        for i, word in enumerate(words):
+            await asyncio.sleep(self.reply_s / max(1, len(words)))
+            await event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                "delta": {"type": "text_delta", "text": word if i == 0 else " " + word}})
+        await event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        await event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                      "usage": {"output_tokens": len(words)}})
+        await event("message_stop", {"type": "message_stop"})
+
+    # ChatGPT / Codex ------------------------------------------------------------------------
+
+    async def _openai_accounts_check(self, request: web.Request) -> web.Response:
+        acc, err = self._resolve(request)
+        if err is not None:
+            return err
+        assert acc is not None
+        account = self.account_for(request)
+        return web.json_response({"accounts": [{
+            "id": account, "plan_type": acc.plan_type, "workspace_backend_origin": "NO_CONSTRAINT",
+            "account_routing_override": "NO_CONSTRAINT"}]})
+
+    async def _openai_responses_upgrade(self, request: web.Request) -> web.Response:
+        # No WebSocket transport here: 426 makes Codex fall back to SSE over POST at once.
+        return web.json_response({"error": {"type": "upgrade_required"}}, status=426)
+
+    @staticmethod
+    def _openai_user_texts(body: dict) -> list[str]:
+        out: list[str] = []
+        for item in body.get("input") or []:
+            if not isinstance(item, dict) or item.get("role") != "user":
+                continue
+            content = item.get("content")
+            blocks = [{"type": "input_text", "text": content}] if isinstance(content, str) else content or []
+            texts = [b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") in ("input_text", "text")]
+            texts = [t.strip() for t in texts if t.strip() and not t.lstrip().startswith(("<environment_context>",
+                                                                                           "<user_instructions>",
+                                                                                           "# AGENTS.md",
+                                                                                           "<permissions"))]
+            out += texts
+        return out
+
+    def _codex_headers(self, acc: _Account) -> dict[str, str]:
+        now = self._now()
+        h: dict[str, str] = {}
+        slots = [(s, mins) for s, mins in ((acc.five_hour, 300), (acc.weekly, 10080), (acc.monthly, 43200))
+                 if s is not None]
+        for name, (spec, mins) in zip(("primary", "secondary"), slots):
+            pct, at = spec
+            h[f"x-codex-{name}-used-percent"] = f"{float(pct):.1f}"
+            h[f"x-codex-{name}-window-minutes"] = str(mins)
+            if at is not None:
+                h[f"x-codex-{name}-reset-after-seconds"] = str(max(0, int((at - now).total_seconds())))
+                h[f"x-codex-{name}-reset-at"] = str(int(at.timestamp()))
+        return h
+
+    async def _openai_responses(self, request: web.Request) -> web.StreamResponse:
+        body = await self._json_body(request)
+        texts = self._openai_user_texts(body) if isinstance(body, dict) else []
+        items = len(body.get("input") or []) if isinstance(body, dict) else 0
+        acc, err = self._resolve(request)
+        if err is not None:
+            self._record_turn("openai", request, texts, items, err.status)
+            return err
+        assert acc is not None
+        hit = self.limited(acc)
+        if hit is not None:
+            self._record_turn("openai", request, texts, items, 429)
+            _, _, reset = hit
+            now = self._now()
+            return web.json_response({"error": {
+                "type": "usage_limit_reached", "message": "The usage limit has been reached",
+                "plan_type": acc.plan_type, "resets_at": int(reset.timestamp()),
+                "resets_in_seconds": max(0, int((reset - now).total_seconds()))}},
+                status=429, headers=self._codex_headers(acc))
+        self._record_turn("openai", request, texts, items, 200)
+        resp_id = f"resp_emu{next(self._ids):06d}"
+        item_id = f"msg_emu{next(self._ids):06d}"
+        words = self.reply_text.split(" ")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           **self._codex_headers(acc)})
+        await resp.prepare(request)
+
+        async def event(data: dict) -> None:
+            await resp.write(f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode())
+
+        try:
+            await self._stream_openai(event, resp_id, item_id, words)
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the CLI went away mid-reply
+        return resp
+
+    async def _stream_openai(self, event: Callable, resp_id: str, item_id: str, words: list[str]) -> None:
+        await event({"type": "response.created", "response": {"id": resp_id}})
+        await event({"type": "response.output_item.added", "output_index": 0, "item": {
+            "type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []}})
+        for i, word in enumerate(words):
+            await asyncio.sleep(self.reply_s / max(1, len(words)))
+            await event({"type": "response.output_text.delta", "item_id": item_id, "output_index": 0,
+                         "content_index": 0, "delta": word if i == 0 else " " + word})
+        await event({"type": "response.output_item.done", "output_index": 0, "item": {
+            "type": "message", "id": item_id, "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": self.reply_text, "annotations": []}]}})
+        await event({"type": "response.completed", "response": {"id": resp_id, "usage": {
+            "input_tokens": 12, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": len(words),
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 12 + len(words)}}})
+
+
+def make_test_certificates(host: str = "127.0.0.1") -> tuple[bytes, bytes, bytes]:
+    """A throwaway CA and a server certificate for ``host`` (IP and localhost SANs), as PEM:
+    (ca certificate, server certificate, server private key). Needs the ``cryptography`` package."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.now(timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentbox provider emulator test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(hours=1))
+          .not_valid_after(now + timedelta(days=2))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.DNSName("localhost")]
+    try:
+        sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+    except ValueError:
+        sans.append(x509.DNSName(host))
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])).issuer_name(ca_name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    return (ca.public_bytes(pem), cert.public_bytes(pem),
+            key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
