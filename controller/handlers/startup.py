@@ -25,12 +25,16 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 def _api_client(memo: Any) -> client.ApiClient:
+    """The official client: in-cluster service account, else $KUBECONFIG. Its connection pool
+    matches the worker threads (the default of 10 makes urllib3 discard connections under load)."""
     path = getattr(memo, "kubeconfig", None) or os.environ.get("KUBECONFIG")
+    cfg = client.Configuration()
     try:
-        config.load_incluster_config()
-        return client.ApiClient()
+        config.load_incluster_config(client_configuration=cfg)
     except config.ConfigException:
-        return config.new_client_from_config(config_file=path)
+        config.load_kube_config(config_file=path, client_configuration=cfg)
+    cfg.connection_pool_maxsize = 64
+    return client.ApiClient(cfg)
 
 
 @kopf.on.startup()

@@ -185,6 +185,7 @@ class BoxWatcher:
         resume_on = spec.when_agent_stops.resume_after_reset and not self.reserved
         wake: list[datetime] = []
         live_names = set()
+        plans: dict[str, TabPlan] = {}
         for tab in tabs:
             live_names.add(tab.name)
             self.tab_ids[tab.name] = tab.id
@@ -199,8 +200,13 @@ class BoxWatcher:
             if stalled is not None:
                 plan = stalled
             plan = self._apply_annotations(plan, det, annotations, now)
-            plan = await self._act(term, tab, spec, det, plan, body, tz, patterns)
-            self.records[tab.name] = plan.record
+            plans[tab.name] = await self._act(term, tab, spec, det, plan, body, tz, patterns)
+            self.records[tab.name] = plans[tab.name].record
+        due = [t for t in tabs if plans[t.name].action == Action.CHECK_USAGE]
+        if due:
+            plans.update(await self._resume_due(term, due, spec, body, tz, patterns, plans))
+        for plan in plans.values():
+            self.records[plan.record.name] = plan.record
             if plan.wake_at:
                 wake.append(plan.wake_at)
             elif plan.record.resume_at:
@@ -507,35 +513,81 @@ class BoxWatcher:
                             + ("" if moved else " (screen did not change)"))
             return replace(plan, wake_at=self.rt.clock() + timedelta(seconds=1))
 
-        if plan.action != Action.CHECK_USAGE:
-            return plan
+        return plan
 
-        due = rec.resume_at or self.rt.clock()
-        usage = await self._fresh_usage(spec, rec)
+    async def _resume_due(self, term: BoxTerminal, due: list[Any], spec: AgentBoxSpec, body: dict[str, Any],
+                          tz: str, patterns: list[Any], plans: dict[str, TabPlan]) -> dict[str, TabPlan]:
+        """Resume every due tab of the box together: one usage read, one write-ahead status patch,
+        then the keys: agents that only need `continue` get it in one batched tmux call; agents that
+        restart (Codex) are restarted concurrently."""
+        records = [plans[t.name].record for t in due]
+        usage = await self._fresh_usage(spec, records)
         now = self.rt.clock()
-        verdict = usage_verdict(usage, rec.window, now)
-        nxt = after_usage(rec, verdict, now, self.cfg)
-        if nxt.record.phase != Phase.RESUMING:
-            if nxt.event == "ResetNotYet":
+        out: dict[str, TabPlan] = {}
+        sending: list[Any] = []
+        for tab in due:
+            rec = plans[tab.name].record
+            nxt = after_usage(rec, usage_verdict(usage, rec.window, now), now, self.cfg)
+            out[tab.name] = nxt
+            if nxt.record.phase == Phase.RESUMING:
+                metrics.DEADLINE_LAG.observe(max(0.0, (now - (rec.resume_at or now)).total_seconds()))
+                sending.append(tab)
+            elif nxt.event == "ResetNotYet":
                 self.post_event("Normal", "ResetNotYet", f"Tab {tab.name}: {nxt.record.message}")
-            return nxt
-        metrics.DEADLINE_LAG.observe(max(0.0, (now - due).total_seconds()))
-        # Write-ahead: the tab is marked as being resumed for this limit event before any key is sent,
-        # so a controller restarted mid-way never sends twice.
-        self.records[tab.name] = nxt.record  # type: ignore[index]
-        await self._write_status(body, spec, None, None)
-        ok, how = await self._resume(term, tab, spec.agent, tz, patterns)
-        metrics.RESUMES.labels(self.namespace, self.name, spec.agent, "ok" if ok else "no_effect").inc()
-        if ok:
-            self.post_event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset")
-            return replace(nxt, record=replace(nxt.record, message=f"Resumed: {how}"))
-        self.post_event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
-        return replace(nxt, record=replace(nxt.record, phase=Phase.NEEDS_ATTENTION,
-                                           message=f"{how}; a human should look"),
-                       wake_at=None)
+        if not sending:
+            return out
+        # Write-ahead: every tab is marked as being resumed for its limit event before any key is
+        # sent, so a controller restarted mid-way never sends twice.
+        for tab in sending:
+            self.records[tab.name] = out[tab.name].record  # type: ignore[index]
+        await self._write_status(body, spec, None, self.sub_problem)
+        from controller.agents.base import get_profile
 
-    async def _fresh_usage(self, spec: AgentBoxSpec, rec: TabRecord):
-        """The subscription's usage read after the reset instant (or None when unreadable)."""
+        profile = get_profile(spec.agent)
+        if profile.restart_argv:
+            results = await asyncio.gather(*(self._resume(term, tab, spec.agent, tz, patterns) for tab in sending))
+        else:
+            results = await self._continue_batch(term, sending, profile.continue_text)
+        for tab, (ok, how) in zip(sending, results):
+            metrics.RESUMES.labels(self.namespace, self.name, spec.agent, "ok" if ok else "no_effect").inc()
+            nxt = out[tab.name]
+            if ok:
+                self.post_event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset")
+                out[tab.name] = replace(nxt, record=replace(nxt.record, message=f"Resumed: {how}"))
+            else:
+                self.post_event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
+                out[tab.name] = replace(nxt, record=replace(nxt.record, phase=Phase.NEEDS_ATTENTION,
+                                                            message=f"{how}; a human should look"), wake_at=None)
+        return out
+
+    async def _continue_batch(self, term: BoxTerminal, tabs: list[Any], text: str) -> list[tuple[bool, str]]:
+        """Type `text` into several panes in one tmux call, pause, press Enter in all of them in a
+        second call, then wait until each pane changed. Returns (moved, what was done) per tab."""
+        from controller.terminal import tmux
+
+        before = await term.capture_all(tabs)
+        typing: list[str] = ["tmux"]
+        enter: list[str] = ["tmux"]
+        for i, tab in enumerate(tabs):
+            sep = [";"] if i else []
+            typing += sep + tmux.send_text_argv(tab.pane_id, text)[1:]
+            enter += sep + tmux.send_key_argv(tab.pane_id, "Enter")[1:]
+        await term.run(typing)
+        await asyncio.sleep(term.send_pause_s)
+        await term.run(enter)
+        moved: set[str] = set()
+
+        async def all_moved() -> bool:
+            after = await term.capture_all([t for t in tabs if t.id not in moved])
+            moved.update(tid for tid, screen in after.items() if screen != before.get(tid))
+            return len(moved) == len(tabs)
+
+        await term.wait_until(all_moved, self.rt.settings.verify_timeout_s)
+        how = f"sent '{text}'"
+        return [(tab.id in moved, how if tab.id in moved else f"{how} but the screen did not change") for tab in tabs]
+
+    async def _fresh_usage(self, spec: AgentBoxSpec, recs: list[TabRecord]):
+        """The subscription's usage read after every given tab's reset instant (None when unreadable)."""
         provider = C.SUPPORTED_SUBSCRIPTION_AGENTS[spec.agent]
         current = self.current or spec.subscription or ""
         sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, current)
@@ -552,8 +604,9 @@ class BoxWatcher:
             login = parse_login(provider, text)
             now = self.rt.clock()
             max_age = self.rt.settings.usage_max_age_s
-            if rec.resets_at is not None:
-                max_age = min(max_age, max(0.0, (now - rec.resets_at).total_seconds()))
+            for rec in recs:
+                if rec.resets_at is not None:
+                    max_age = min(max_age, max(0.0, (now - rec.resets_at).total_seconds()))
             usage = await self.rt.usage.get((self.namespace, current), provider, login,
                                             max_age_s=max_age, now=self.rt.clock)
             metrics.USAGE_READS.labels(provider, "ok").inc()
