@@ -230,3 +230,34 @@ async def test_codex_restarted_with_resume_last_and_continued(real: tuple[World,
     await eventually(lambda: any(e["reason"] == "Resumed" and "codex resume --last" in e["message"]
                                  for e in world.events(box)), 15, what="the Resumed Event")
     assert [t.text for t in world.provider.turns if t.api == "openai"].count("continue") == 1
+
+
+# ------------------------------------------------------------------ the captured screens (no npm needed)
+SCREENS = pathlib.Path(__file__).parent / "fixtures" / "real-screens"
+SCREEN_EXPECT = {
+    # file: (state, detected_by or None, menu choice or None)
+    "claude-auto-limit.txt": ("rate_limited", "pattern:claude-code/native-wait", None),
+    "claude-auto-after-reset.txt": ("rate_limited", "pattern:claude-code/native-wait", None),
+    "claude-auto-continued.txt": ("idle", None, None),
+    "claude-menu.txt": ("rate_limited", "pattern:claude-code/hit-your-limit", 1),
+    "claude-menu-stop-and-wait.txt": ("rate_limited", "pattern:claude-code/hit-your-limit", None),
+    "claude-menu-continued.txt": ("idle", None, None),
+    "codex-limit.txt": ("rate_limited", "pattern:codex/hit-usage-limit", None),
+    "codex-resumed.txt": ("rate_limited", "pattern:codex/hit-usage-limit", None),
+    "codex-continued.txt": ("idle", None, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCREEN_EXPECT))
+def test_captured_real_screen_is_detected(name: str):
+    from controller.agents.base import detect
+
+    state, by, menu = SCREEN_EXPECT[name]
+    agent = "codex" if name.startswith("codex") else "claude-code"
+    det = detect(agent, (SCREENS / name).read_text(), datetime(2026, 11, 30, 18, 44, 50, tzinfo=timezone.utc), "UTC", [])
+    assert det.state.value == state
+    if by:
+        assert det.detected_by == by
+        assert det.resets_at == datetime(2026, 11, 30, 18, 45, tzinfo=timezone.utc)
+    if menu is not None:
+        assert det.menu_choice == menu
