@@ -11,12 +11,12 @@ from pathlib import Path
 def _run(ns: argparse.Namespace) -> int:
     import kopf
 
-    import controller.handlers  # noqa: F401  (registers the handlers)
+    from controller.handlers import REGISTRY
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     namespaces = ns.namespace or []
     if not ns.peering:
-        kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
+        kopf.run(registry=REGISTRY, standalone=True, clusterwide=not namespaces, namespaces=namespaces,
                  liveness_endpoint=ns.liveness or None)
         return 0
     # Peering (replicas > 1): every replica runs; the highest priority acts, the others stand by. Equal
@@ -25,7 +25,7 @@ def _run(ns: argparse.Namespace) -> int:
 
     _ensure_peering(ns.peering, namespaces)
     priority = ns.priority if ns.priority is not None else random.SystemRandom().randint(1, 2**31 - 1)
-    kopf.run(standalone=False, peering_name=ns.peering, priority=priority, clusterwide=not namespaces,
+    kopf.run(registry=REGISTRY, standalone=False, peering_name=ns.peering, priority=priority, clusterwide=not namespaces,
              namespaces=namespaces, liveness_endpoint=ns.liveness or None)
     return 0
 

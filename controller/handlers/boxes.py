@@ -8,6 +8,8 @@ from typing import Any
 
 import kopf
 
+from controller.handlers.registry import REGISTRY
+
 from controller import constants as C
 from controller import metrics
 from controller.runtime import Runtime
@@ -15,9 +17,9 @@ from controller.service.boxes import reconcile_box
 from controller.service.tabs import BoxWatcher
 
 
-@kopf.on.resume(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box")
-@kopf.on.create(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box")
-@kopf.on.update(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box")
+@kopf.on.resume(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
+@kopf.on.create(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
+@kopf.on.update(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
 async def reconcile(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
     """Create the box credentials Secret and pod; report conditions; wake the tab watcher."""
     rt: Runtime = memo.runtime
@@ -30,7 +32,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: An
         raise kopf.TemporaryError(outcome.events[-1][2] if outcome.events else "retrying", delay=outcome.retry_after)
 
 
-@kopf.daemon(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="watch-tabs", cancellation_timeout=5.0)
+@kopf.daemon(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="watch-tabs", cancellation_timeout=5.0, registry=REGISTRY)
 async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
                      logger: logging.Logger, **_: Any) -> None:
     """Watch the box's tabs until the box is deleted, sleeping until the next deadline."""

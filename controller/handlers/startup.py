@@ -9,6 +9,8 @@ import os
 from typing import Any
 
 import kopf
+
+from controller.handlers.registry import REGISTRY
 from kubernetes import client, config
 
 from controller import constants as C
@@ -18,7 +20,7 @@ from controller.runtime import Runtime
 from controller.settings import Settings, utcnow
 
 
-@kopf.on.login()
+@kopf.on.login(registry=REGISTRY)
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """Service account in a cluster, else the kubeconfig named by $KUBECONFIG (read now, not at import)."""
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
@@ -37,7 +39,7 @@ def _api_client(memo: Any) -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
-@kopf.on.startup()
+@kopf.on.startup(registry=REGISTRY)
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     """Configure kopf and build the shared Runtime (unless a test put one in `memo`)."""
     settings.persistence.finalizer = C.FINALIZER
@@ -73,7 +75,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     logger.info("agentbox-controller started")
 
 
-@kopf.on.cleanup()
+@kopf.on.cleanup(registry=REGISTRY)
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     """Close the HTTP session of the usage reader."""
     reader = getattr(memo, "reader", None)

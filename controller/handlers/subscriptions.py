@@ -8,14 +8,16 @@ from typing import Any
 
 import kopf
 
+from controller.handlers.registry import REGISTRY
+
 from controller import constants as C
 from controller.runtime import Runtime
 from controller.service.subscriptions import SubscriptionReader, validate_subscription, wake_boxes
 
 
-@kopf.on.resume(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription")
-@kopf.on.create(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription")
-@kopf.on.update(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription")
+@kopf.on.resume(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription", registry=REGISTRY)
+@kopf.on.create(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription", registry=REGISTRY)
+@kopf.on.update(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription", registry=REGISTRY)
 async def validate(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
     """Check the Secret and login file; set CredentialsValid and the threshold sentence."""
     rt: Runtime = memo.runtime
@@ -26,13 +28,13 @@ async def validate(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any
     rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name).set()
 
 
-@kopf.on.delete(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="subscription-gone", optional=True)
+@kopf.on.delete(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="subscription-gone", optional=True, registry=REGISTRY)
 async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A deleted subscription: wake the boxes of its namespace (rotation moves them at once)."""
     wake_boxes(memo.runtime, body.metadata.namespace)
 
 
-@kopf.daemon(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="read-usage", cancellation_timeout=5.0)
+@kopf.daemon(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="read-usage", cancellation_timeout=5.0, registry=REGISTRY)
 async def read_usage(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
                      logger: logging.Logger, **_: Any) -> None:
     """One usage reader per subscription, shared by every box on it."""

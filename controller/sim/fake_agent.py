@@ -244,6 +244,9 @@ class FakeAgent:
             self.mode = "idle"
             self.say("", "⏺ Done: the parser is refactored and the tests pass.")
             self.redraw()
+        if self.ns.limit_at and self.mode == "working" and now >= self.ns.limit_at and not getattr(self, "_hit", False):
+            self._hit = True
+            self.hit_limit()
         if self.mode == "auto_wait" and not self.ns.auto_continue_fails and now >= self.reset + self.ns.auto_continue_after:
             self.say("● Usage limit reset · Continuing automatically")
             self.start_work("native auto-continue")
@@ -315,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt", action="store_true", help="open a permission prompt instead of hitting the limit")
     p.add_argument("--work-seconds", type=float, default=60.0, help="how long it works after continuing")
     p.add_argument("--start-working", action="store_true", help="start busy on a task (no limit line)")
+    p.add_argument("--limit-at", type=float, default=0.0,
+                   help="epoch seconds: while working, print the limit line at this instant")
     p.add_argument("--wrap-up", action="store_true", help="end the turn with the ~95 %% notice, no banner")
     p.add_argument("--frozen", action="store_true", help="hang mid-tool with no prompt and no limit line")
     p.add_argument("--limited-token", help="the access token whose account is limited: a submit on another "

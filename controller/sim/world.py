@@ -121,7 +121,7 @@ class World:
         """Run the real kopf operator (our handlers) in its own thread and event loop."""
         import kopf
 
-        import controller.handlers  # noqa: F401
+        from controller.handlers import REGISTRY
 
         os.environ["KUBECONFIG"] = str(self.kubeconfig)
         self._stop = threading.Event()
@@ -130,7 +130,7 @@ class World:
 
         def run() -> None:
             try:
-                asyncio.run(kopf.operator(standalone=True, namespaces=[self.namespace], memo=memo,
+                asyncio.run(kopf.operator(registry=REGISTRY, standalone=True, namespaces=[self.namespace], memo=memo,
                                           stop_flag=self._stop, ready_flag=ready))
             except BaseException as exc:  # noqa: BLE001 - surfaced by stop_operator()
                 self._operator_error = exc
