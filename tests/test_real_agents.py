@@ -31,9 +31,11 @@ from harness.world_fixtures import FAST
 
 pytestmark = [pytest.mark.component]
 
-# Claude Code continues by itself 60-90 s after the reset: the grace must outlast that.
+# Claude Code continues by itself some time after the reset: 60-90 s in the notes; measured here
+# 54-100 s after the reset, ~120 s after the 429 whenever the reset was 20 s or more away. The grace
+# must outlast that with a margin.
 REAL = FAST.model_copy(update={
-    "auto_continue_grace_s": 120.0, "restart_timeout_s": 40.0, "verify_timeout_s": 8.0, "settle_s": 6.0,
+    "auto_continue_grace_s": 150.0, "restart_timeout_s": 40.0, "verify_timeout_s": 8.0, "settle_s": 6.0,
     "exec_timeout_s": 15.0,
 })
 PROMPT = "write hello"
@@ -120,15 +122,15 @@ async def start_claude(world: World, agents: RealAgents, box: str, *, auto_conti
     return reset
 
 
-@pytest.mark.timeout(330)
+@pytest.mark.timeout(360)
 async def test_claude_native_auto_continue_is_left_alone(real: tuple[World, RealAgents]):
-    """Claude Code's own wait fires 60-90 s after the reset; the controller's check comes only after
-    its grace (120 s here) and finds the tab working again, so it types nothing.
+    """Claude Code's own wait fires about 1-2 minutes after the reset; the controller's check comes
+    only after its grace (150 s here) and finds the tab working again, so it types nothing.
 
     The reset is put on a whole minute: the controller counts the grace from the reset Claude prints,
     which is rounded down to the minute (up to 59 s early), so with a reset at :50 its check would
-    come only ~70 s after the real reset, inside Claude's 60-90 s window (reported; a controller fix
-    would count from the re-read usage reset or from the end of the printed minute)."""
+    come up to 59 s sooner after the real reset, inside Claude's own window (reported; a controller
+    fix would count from the re-read usage reset or from the end of the printed minute)."""
     world, agents = real
     world.start_operator()
     reset = await start_claude(world, agents, "claude-auto", auto_continue=True, on_the_minute=True)
@@ -152,7 +154,7 @@ async def test_claude_native_auto_continue_is_left_alone(real: tuple[World, Real
         raise AssertionError(dump(world, "claude-auto")) from None
     print(f"Claude Code continued by itself {turn.at - reset:.0f} s after the reset")
     assert turn.at >= reset + 30, f"the native continue came {turn.at - reset:.0f} s after the reset"
-    # The controller's grace (120 s after the reset) passes; it must not have typed anything.
+    # The controller's grace after the reset passes; it must not have typed anything.
     await asyncio.sleep(max(0.0, reset + REAL.auto_continue_grace_s + REAL.resume_margin_s + 6 - time.time()))
     texts = [t.text for t in world.provider.turns]
     assert "continue" not in texts, f"the controller typed `continue` although Claude continued by itself: {texts}"
@@ -192,6 +194,33 @@ async def test_claude_menu_answered_and_continued_at_reset(real: tuple[World, Re
 
 
 @pytest.mark.timeout(180)
+async def test_claude_cancelled_native_wait_gets_continue_at_reset(real: tuple[World, RealAgents]):
+    """The native wait fails (here: cancelled with Esc, `● Automatic continue cancelled`): the
+    controller does not wait for the grace and sends `continue` at the reset."""
+    world, agents = real
+    world.start_operator()
+    box = "claude-esc"
+    reset = await start_claude(world, agents, box, auto_continue=True)
+    await eventually(lambda: "continuing automatically" in world.screen(box, "main"), 20, what="the native wait")
+    keys(world, box, "Escape")
+    try:
+        await eventually(lambda: "Automatic continue cancelled" in world.screen(box, "main"), 10,
+                         what="the wait cancelled")
+    except TimeoutError:
+        raise AssertionError(dump(world, box)) from None
+
+    def continued():
+        return next((t for t in world.provider.turns if t.text == "continue"), None)
+    try:
+        turn = await eventually(continued, RESET_AHEAD_S + 40, every=0.5, what="`continue` from the controller")
+    except TimeoutError:
+        raise AssertionError(dump(world, box)) from None
+    assert reset <= turn.at <= reset + 30, f"sent {turn.at - reset:.0f} s after the reset"
+    assert turn.status == 200
+    assert not any("usage limit has reset" in t.text for t in world.provider.turns)
+
+
+@pytest.mark.timeout(180)
 async def test_codex_restarted_with_resume_last_and_continued(real: tuple[World, RealAgents]):
     world, agents = real
     world.start_operator()
@@ -207,8 +236,6 @@ async def test_codex_restarted_with_resume_last_and_continued(real: tuple[World,
         raise AssertionError(dump(world, box)) from None
     await asyncio.sleep(2)  # let the start-up requests settle
     reset = float(math.ceil(time.time() + RESET_AHEAD_S))
-    if on_the_minute:
-        reset = float(math.ceil(reset / 60) * 60)
     world.provider.set_windows(account, five_hour=(100.0, at(reset)), weekly=(10.0, at(reset) + timedelta(days=5)))
     await type_prompt(world, box, PROMPT)
     try:
