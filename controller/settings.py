@@ -26,7 +26,7 @@ class Settings(BaseModel):
     Read from the environment by `Settings.from_env()`: each field `x_y` is `AGENTBOX_X_Y`.
     """
 
-    scan_interval_s: float = Field(15.0, gt=0, description="How often each running box's tabs are captured.")
+    scan_interval_s: float = Field(5.0, gt=0, description="How often each running box's tabs are captured (two exec calls per box; bounds how fast a limit line is seen, and so rotation).")
     resume_margin_s: float = Field(10.0, ge=0, le=30, description="Delay after a reset before `continue` is sent.")
     human_idle_s: float = Field(60.0, ge=0, description="A tab typed in during this time is left alone.")
     auto_continue_grace_s: float = Field(120.0, ge=0, description="Time after the reset left to Claude Code's own continue.")

@@ -18,7 +18,8 @@ CFG = ResumeConfig(margin_s=10, human_idle_s=60, auto_continue_grace_s=120, sett
 
 def limited(reset=RESET, evidence="You've hit your 5-hour limit · resets 2pm (UTC)", **kw) -> Detection:
     return Detection(TabState.RATE_LIMITED, LimitKind.USAGE, reset, kw.pop("window", "five_hour"),
-                     evidence=evidence, detected_by="pattern:test", prompt_text=kw.pop("prompt_text", ""), **kw)
+                     evidence=evidence, detected_by=kw.pop("detected_by", "pattern:test"),
+                     prompt_text=kw.pop("prompt_text", ""), **kw)
 
 
 WORKING = Detection(TabState.WORKING, evidence="✶ Composing…")
@@ -95,11 +96,18 @@ def test_agent_working_again_gets_nothing():
     assert plan.record.resume_at is None
 
 
-def test_auto_continue_gets_a_grace_period():
+def test_auto_continue_gets_a_grace_period_from_the_end_of_the_printed_minute():
+    """Claude prints its reset rounded down to the minute; its own continue comes 60-110 s after
+    the real reset, which may be 59 s after the printed one."""
     plan = plan_tab(TabRecord("t"), limited(auto_continue=True), None, T0, CFG)
-    assert plan.record.resume_at == RESET + timedelta(seconds=120)
-    assert plan_tab(plan.record, limited(auto_continue=True), None, RESET + timedelta(seconds=60), CFG).action == Action.NONE
-    assert plan_tab(plan.record, limited(auto_continue=True), None, RESET + timedelta(seconds=121), CFG).action == Action.CHECK_USAGE
+    assert plan.record.resume_at == RESET + timedelta(seconds=60 + 120)
+    assert plan_tab(plan.record, limited(auto_continue=True), None, RESET + timedelta(seconds=170), CFG).action == Action.NONE
+    assert plan_tab(plan.record, limited(auto_continue=True), None, RESET + timedelta(seconds=181), CFG).action == Action.CHECK_USAGE
+
+
+def test_auto_continue_with_an_exact_structured_reset_counts_the_grace_from_it():
+    det = limited(auto_continue=True, detected_by="structured:statusline+pattern:x")
+    assert plan_tab(TabRecord("t"), det, None, T0, CFG).record.resume_at == RESET + timedelta(seconds=120)
 
 
 def test_limit_menu_is_answered_by_its_displayed_number():

@@ -161,7 +161,7 @@ async def test_agent_that_resumed_by_itself_gets_nothing(world: World):
 async def test_failed_native_continue_gets_a_continue_after_the_grace(world: World):
     world.start_operator()
     reset = await claude_world(world, 3.0, "--auto-continue", "--auto-continue-fails")
-    await eventually(lambda: submits(world, "box-a", "main"), 30, what="continue after grace")
+    await eventually(lambda: submits(world, "box-a", "main"), 100, what="continue after grace")
     sent_at = next(e["t"] for e in world.agent_log("box-a", "main") if e["event"] == "submit")
     assert sent_at >= reset + world.settings.auto_continue_grace_s - 1
     assert submits(world, "box-a", "main") == ["continue"]

@@ -124,8 +124,13 @@ def _human_busy(rec: TabRecord, last_input_at: datetime | None, now: datetime, c
 def _due_at(det: Detection, now: datetime, cfg: ResumeConfig) -> datetime:
     if det.resets_at is None:
         return now  # no instant on screen: the usage read decides at once
-    grace = cfg.auto_continue_grace_s if det.auto_continue else cfg.margin_s
-    return det.resets_at + timedelta(seconds=grace)
+    if not det.auto_continue:
+        return det.resets_at + timedelta(seconds=cfg.margin_s)
+    # Claude Code prints its reset rounded down to the minute: the real reset may be up to 59 s
+    # later, and its own continue fires 60-110 s after that. The grace counts from the end of
+    # the printed minute unless the instant came from structured data (exact to the second).
+    rounded = not (det.detected_by or "").startswith("structured:")
+    return det.resets_at + timedelta(seconds=cfg.auto_continue_grace_s + (60 if rounded else 0))
 
 
 def plan_tab(rec: TabRecord, det: Detection, last_input_at: datetime | None, now: datetime,
