@@ -32,7 +32,7 @@ THRESHOLD = 80.0
 
 async def one_run(rate_per_min: float, start_pct: float) -> dict:
     settings = Settings(scan_interval_s=5.0, resume_margin_s=1.0, metrics_port=0)   # default usage cadence
-    with tempfile.TemporaryDirectory(prefix="abx-res-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="abx-res-", ignore_cleanup_errors=True) as tmp:
         async with World(Path(tmp), settings) as w:
             w.start_operator()
             t0 = time.time()

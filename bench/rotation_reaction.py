@@ -40,7 +40,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def run(ns: argparse.Namespace) -> dict:
     settings = FAST.model_copy(update={"scan_interval_s": ns.scan, "usage_interval_s": 60.0})
-    with tempfile.TemporaryDirectory(prefix="abx-rot-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="abx-rot-", ignore_cleanup_errors=True) as tmp:
         async with World(Path(tmp), settings) as w:
             w.start_operator()
             for i in range(ns.spares):

@@ -316,7 +316,7 @@ def run_demo(real_agents: bool = False, verbose: bool = False) -> int:
     print("agentbox-controller demo: a Claude Code tab and a Codex tab hit their usage limits;\n"
           "the controller resumes each at its reset." + (" (real CLIs)" if real_agents else "") + "\n")
     timeline = Timeline()
-    with tempfile.TemporaryDirectory(prefix="agentbox-demo-", dir=_demo_tmp(real_agents)) as tmp:
+    with tempfile.TemporaryDirectory(prefix="agentbox-demo-", dir=_demo_tmp(real_agents), ignore_cleanup_errors=True) as tmp:
         ok = asyncio.run(_play(cast, Path(tmp), timeline, lead_s=30.0 if real_agents else 20.0))
     print("\nDemo " + ("passed: every expected step happened." if ok else "FAILED: see the steps above."))
     return 0 if ok else 1

@@ -261,7 +261,8 @@ class World:
             env = ["-e", f"AGENTBOX_FAKE_LOG={log}", "-e", "PS1=$ ",
                    "-e", f"PYTHONPATH={pathlib.Path(__file__).resolve().parents[2]}"]
             # tmux gives new panes the client's PATH, so PATH is set by `env` in the pane itself.
-            shell = ["env", f"PATH={env_path}", f"HOME={root}", "bash", "--norc", "--noprofile"]
+            # No history file: a shell killed with its pod must not write into the removed sandbox.
+            shell = ["env", f"PATH={env_path}", f"HOME={root}", "HISTFILE=/dev/null", "bash", "--norc", "--noprofile"]
             if i == 0:
                 self.tmux(pod, "new-session", "-d", "-s", C.TMUX_SESSION, "-x", "160", "-y", "45", "-n", tab.name,
                           "-c", str(root), *env, *shell)
