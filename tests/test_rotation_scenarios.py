@@ -196,3 +196,38 @@ async def test_selected_group_must_hold_the_current_and_another_of_the_provider(
     assert cond["message"].startswith("spec.whenAgentStops.rotation.subscriptions:") and problem in cond["message"]
     await eventually(lambda: any(e["type"] == "Warning" and problem in e["message"] for e in world.events("box")), 10)
     assert world.kube.get("v1/pods", "default", "box") is None, "nothing else is created"
+
+
+async def test_disconnected_subscription_moves_the_box(world: World):
+    world.start_operator()
+    await subscription(world, "a", 30.0, 3600)
+    await subscription(world, "b", 10.0, 3600)
+    await sub_state(world, "b", "Available")
+    await limited_box(world, "a", {"enabled": True}, working=True)
+    await eventually(lambda: status(world, "box").get("nextSubscription") == "b", 15)
+    world.provider.revoke("tok-a")                      # the provider now answers 401 for a's login
+    await sub_state(world, "a", "Disconnected", timeout=40)
+    await eventually(lambda: status(world, "box").get("subscription") == "b", 15, what="moved off the disconnected one")
+    assert "login disconnected" in next(e["message"] for e in world.events("box") if e["reason"] == "Switched")
+
+
+async def test_codex_box_is_stopped_before_its_login_changes_then_resumed(world: World):
+    from controller.sim.world import codex_login
+
+    world.start_operator()
+    for name, five in (("a", 100.0), ("b", 10.0)):
+        world.provider.add_login(f"tok-{name}", f"acct-{name}")
+        world.provider.set_windows(f"acct-{name}", five_hour=(five, utc_in(3600)), weekly=(5.0, utc_in(86400)))
+        await world.add_secret(f"login-{name}", "auth.json", codex_login(f"tok-{name}", f"acct-{name}"))
+        await world.add_subscription(name, "openai", f"login-{name}", "auth.json")
+    await sub_state(world, "b", "Available")
+    await world.add_box("box", "codex", "a", whenAgentStops={"rotation": {"enabled": True}})
+    await world.run_pod("box", [TabSpec("main", ["codex"])], shims={"codex": fake_agent_argv(
+        "codex", time.time() + 3600, "--limited-token", "tok-a")})
+    await eventually(lambda: submits(world, "box"), 30, what="continue on the new account")
+    log = world.agent_log("box", "main")
+    assert [e.get("argv") for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
+    assert [e["text"] for e in submits(world, "box")] == ["continue"]
+    assert submits(world, "box")[0]["token"] == "tok-b", "the restarted Codex read b's auth.json"
+    assert "tok-b" in (world.login_file("box", "codex") or "")
+    assert status(world, "box").get("subscription") == "b"
