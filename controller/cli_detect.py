@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 import os
 import sys
 from datetime import datetime, timezone
 from typing import Any
 
 from controller.agents.base import PROFILES, UnknownAgent, detect
+from controller.domain.signals import merge
+from controller.domain.types import Usage
 from controller.domain.detection import InvalidPattern, compile_user_pattern
 
 __all__ = ["add_detect_parser", "run_detect"]
@@ -92,5 +95,38 @@ def run_detect(ns: argparse.Namespace) -> int:
     except UnknownAgent as exc:
         print(f"detect: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    structured = structured_usage(screen, now)
+    if structured is not None:
+        result = merge(result, structured[0], structured[1], now)
     print(json.dumps(result.to_json(), ensure_ascii=False))
     return EXIT_OK
+
+
+def structured_usage(text: str, now: datetime) -> tuple[Usage, str] | None:
+    """Machine-readable usage found in pasted output: Claude Code `--output-format stream-json`
+    `rate_limit_event` lines (a rejected one makes its window 100 %) or Codex rollout `token_count`
+    lines. The last one wins. Returns (usage, source) or None."""
+    from controller.providers.parse import UsageParseError, parse_rate_limit_event, parse_token_count
+
+    found: tuple[Usage, str] | None = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        try:
+            if obj.get("type") == "rate_limit_event":
+                limited, window = parse_rate_limit_event(obj)
+                if limited:
+                    window = replace(window, utilization=max(window.utilization, 100.0))
+                found = (Usage({window.name: window}, read_at=now), "stream-json")
+            elif "token_count" in line:
+                usage = parse_token_count(obj)
+                if usage.windows:
+                    found = (usage, "rollout")
+        except (UsageParseError, AttributeError):
+            continue
+    return found

@@ -98,3 +98,31 @@ def test_detect_subprocess(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["resets_at"] == "2026-02-04T03:00:00Z"
+
+
+def test_detect_reads_stream_json_rate_limit_events(capsys):
+    """`claude -p --output-format stream-json` output pasted into `detect`: the rejected
+    rate_limit_event (corpus E01) gives the exact reset; a warning event (E02) does not limit."""
+    import argparse
+    import io
+    import json as _json
+    import sys as _sys
+
+    from controller.cli_detect import run_detect
+
+    corpus = Path(__file__).parent / "fixtures" / "corpus" / "usage-payloads.jsonl"
+    events = {c["id"]: c for c in map(_json.loads, corpus.read_text().splitlines()) if c["kind"] == "rate_limit_event"}
+    for cid, limited in (("E01", True), ("E02", False)):
+        stdin = io.StringIO("claude -p output\n" + _json.dumps(events[cid]["payload"]) + "\n")
+        old, _sys.stdin = _sys.stdin, stdin
+        try:
+            ns = argparse.Namespace(agent="claude-code", now="2026-05-12T02:00:00Z", tz="UTC", pattern=[], file="-")
+            assert run_detect(ns) == 0
+        finally:
+            _sys.stdin = old
+        out = _json.loads(capsys.readouterr().out)
+        if limited:
+            assert out["state"] == "rate_limited" and out["detected_by"] == "structured:stream-json"
+            assert out["resets_at"] == events[cid]["expect"]["resets_at"]
+        else:
+            assert out["state"] != "rate_limited"
