@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -12,6 +11,7 @@ from controller.handlers.registry import REGISTRY
 
 from controller import constants as C
 from controller import metrics
+from controller.handlers.daemons import poster, run_passes
 from controller.runtime import Runtime
 from controller.service.boxes import reconcile_box
 from controller.service.tabs import BoxWatcher
@@ -39,29 +39,10 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     rt: Runtime = memo.runtime
     ns, name = body.metadata.namespace, body.metadata.name
 
-    def post(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message)
-
-    watcher = BoxWatcher(rt, ns, name, post)
-    wake = rt.wakeup(ns, name)
+    watcher = BoxWatcher(rt, ns, name, poster(body))
     try:
-        while not stopped:
-            try:
-                delay = await watcher.tick(dict(body))
-            except Exception as exc:  # noqa: BLE001 - one box's failure never stops the others
-                logger.warning("Tab watch failed (%s); retrying", type(exc).__name__)
-                delay = rt.settings.scan_interval_s
-            wake.clear()
-            loop = asyncio.get_running_loop()
-            until = loop.time() + delay
-            while not stopped and not wake.is_set():
-                remaining = until - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    await asyncio.wait_for(wake.wait(), timeout=min(remaining, 1.0))
-                except asyncio.TimeoutError:
-                    pass
+        await run_passes(lambda: watcher.tick(dict(body)), rt.wakeup(ns, name), stopped,
+                         rt.settings.scan_interval_s, logger, "Tab watch")
     finally:
         rt.wakeups.pop((ns, name), None)
         metrics.forget_box(ns, name)

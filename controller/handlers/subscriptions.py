@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -11,6 +10,8 @@ import kopf
 from controller.handlers.registry import REGISTRY
 
 from controller import constants as C
+from controller import metrics
+from controller.handlers.daemons import poster, run_passes
 from controller.runtime import Runtime
 from controller.service.subscriptions import SubscriptionReader, validate_subscription, wake_boxes
 
@@ -41,19 +42,10 @@ async def read_usage(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     rt: Runtime = memo.runtime
     ns, name = body.metadata.namespace, body.metadata.name
 
-    def post(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message)
-
-    reader = SubscriptionReader(rt, ns, name, post)
-    wake = rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + ns, name)
-    while not stopped:
-        try:
-            delay = await reader.tick(dict(body))
-        except Exception as exc:  # noqa: BLE001
-            logger.warning("Usage read failed (%s)", type(exc).__name__)
-            delay = rt.settings.usage_interval_s
-        wake.clear()
-        try:
-            await asyncio.wait_for(wake.wait(), timeout=delay)
-        except asyncio.TimeoutError:
-            pass
+    reader = SubscriptionReader(rt, ns, name, poster(body))
+    try:
+        await run_passes(lambda: reader.tick(dict(body)), rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + ns, name), stopped,
+                         rt.settings.usage_interval_s, logger, "Usage read")
+    finally:
+        rt.wakeups.pop((C.SUBSCRIPTION_PLURAL + "/" + ns, name), None)
+        metrics.forget_subscription(ns, name)
