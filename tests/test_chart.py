@@ -183,14 +183,49 @@ def test_deployment_args_follow_the_mode():
         "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+# Settings the chart sets from other values: metrics.port / metrics.enabled, watchNamespaces (run --namespace).
+SETTINGS_SET_ELSEWHERE = {"metrics_port", "namespace"}
+
+
+def settings_schema() -> dict[str, Any]:
+    """The `settings` properties of values.schema.json, derived from controller/settings.py."""
+    out: dict[str, Any] = {}
+    for name, field in Settings.model_fields.items():
+        if name in SETTINGS_SET_ELSEWHERE:
+            continue
+        ann = field.annotation
+        entry: dict[str, Any] = {"type": "integer" if ann is int else "string" if ann is str else "number",
+                                 "description": field.description}
+        for meta in field.metadata:
+            for attr, key in (("gt", "exclusiveMinimum"), ("ge", "minimum"), ("lt", "exclusiveMaximum"),
+                              ("le", "maximum")):
+                if getattr(meta, attr, None) is not None:
+                    entry[key] = getattr(meta, attr)
+        if entry["type"] == "string" and name.endswith("_url"):
+            entry["pattern"] = "^https?://"
+        out[_camel(name)] = entry
+    return out
+
+
+def write_settings_schema() -> None:
+    path = CHART / "values.schema.json"
+    schema = json.loads(path.read_text())
+    schema["properties"]["settings"]["properties"] = settings_schema()
+    path.write_text(json.dumps(schema, indent=2) + "\n")
+
+
 def test_settings_values_are_the_controller_settings():
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
     schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["settings"]["properties"] == settings_schema(), (
+        "values.schema.json `settings` is out of step with controller/settings.py: "
+        "run `.venv/bin/python tests/test_chart.py`")
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
     snake = lambda k: re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower()  # noqa: E731
-    fields = set(Settings.model_fields)
-    in_schema = {snake(k) for k in schema["properties"]["settings"]["properties"]}
-    # every setting but the ones the chart sets from other values (metrics.port, watchNamespaces)
-    assert in_schema == fields - {"metrics_port", "namespace"}
     for key, value in values["settings"].items():
         assert float(value) == Settings.model_fields[snake(key)].default, key
     env = env_of(render({"settings": {"anthropicBaseUrl": "http://provider:8080", "maxAttempts": 3}}))
@@ -337,3 +372,8 @@ def test_dashboard_queries_reference_exported_metrics():
     # every metric of the controller has a panel
     families = {fam.name for fam in metrics.REGISTRY.collect()}
     assert {f for f in families if not any(u.startswith(f) for u in used)} == set()
+
+
+if __name__ == "__main__":
+    write_settings_schema()
+    print("rewrote charts/agentbox-controller/values.schema.json (settings)")
