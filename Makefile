@@ -46,7 +46,7 @@ bench: venv
 
 crds: venv
 	$(VENV)/bin/agentbox-controller crds --out crds
-	cp crds/*.yaml charts/agentbox-controller/crds/
+	cp crds/*.yaml charts/agentbox-controller/files/crds/
 
 e2e: venv
 	$(PY) -m pytest -q -m e2e tests/e2e

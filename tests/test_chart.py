@@ -136,16 +136,19 @@ def test_crd_templates_are_the_generated_crds_kept_on_uninstall():
         assert _without_helm_metadata(crd) == _without_helm_metadata(generated[name])
 
 
-def test_chart_crds_folder_is_the_repository_crds():
-    chart_files = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+def test_chart_crd_copies_are_the_repository_crds():
+    """The templates render the chart's files/crds/ copies; there is no crds/ folder (Helm would create
+    those first, without ownership, and a plain `helm install` would then stop on the templated ones)."""
+    copies = CHART / "files" / "crds"
+    chart_files = sorted(p.name for p in copies.glob("*.yaml"))
     assert chart_files == sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
     for name in chart_files:
-        assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), name
+        assert (copies / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), name
+    assert helm.Chart.load(CHART).crds == []
 
 
-def test_crds_toggle_off_leaves_them_to_the_crds_folder():
+def test_crds_toggle_off_installs_no_crds():
     assert by_kind(render({"crds": {"templated": False}}), "CustomResourceDefinition") == []
-    assert sorted(c["name"] for c in helm.Chart.load(CHART).crds) == ["crds/agentboxes.yaml", "crds/subscriptions.yaml"]
 
 
 # ---------------------------------------------------------------------------------------------- Deployment

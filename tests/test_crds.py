@@ -22,7 +22,7 @@ from controller.sim.kube import _openapi_to_jsonschema
 pytestmark = pytest.mark.unit
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CRD_DIRS = [ROOT / "crds", ROOT / "charts" / "agentbox-controller" / "crds"]
+CRD_DIRS = [ROOT / "crds", ROOT / "charts" / "agentbox-controller" / "files" / "crds"]
 RENDERED = render_crds()
 KINDS = {C.AGENTBOX_KIND: "agentboxes.yaml", C.SUBSCRIPTION_KIND: "subscriptions.yaml"}
 SPEC_MODELS = {C.AGENTBOX_KIND: AgentBoxSpec, C.SUBSCRIPTION_KIND: SubscriptionSpec}
