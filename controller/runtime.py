@@ -19,6 +19,7 @@ class Runtime:
         kube: Kubernetes client wrapper.
         usage: `controller.providers.readers.UsageCache` shared by every box (one reader per subscription).
         exec: `async (namespace, pod, container, argv, stdin=None) -> ExecResult` running one argv in a box container.
+        notifier: `controller.notify.Notifier` (optional webhook) or None.
         clock: returns the current UTC instant.
         wakeups: per box (namespace, name) an Event that wakes its tab watcher early.
     """
@@ -27,6 +28,7 @@ class Runtime:
     kube: Kube
     usage: Any
     exec: Any = None
+    notifier: Any = None
     clock: Clock = utcnow
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
 

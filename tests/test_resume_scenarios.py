@@ -4,6 +4,7 @@ real tmux, scripted agents printing real limit lines, the provider usage emulato
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from datetime import datetime, timezone
@@ -203,3 +204,32 @@ async def test_controller_restarted_between_detection_and_reset_resumes_once(wor
     await eventually(lambda: submits(world, "box-a", "main"), 30)
     await asyncio.sleep(world.settings.settle_s + 3)
     assert submits(world, "box-a", "main") == ["continue"]
+
+
+async def test_resume_is_also_sent_to_the_webhook(world: World, monkeypatch: pytest.MonkeyPatch):
+    """Events always; the optional webhook (generic JSON body) gets the resume too, without secrets."""
+    from aiohttp import web
+
+    received: list[dict] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    monkeypatch.setenv("AGENTBOX_WEBHOOK_URL", f"http://127.0.0.1:{port}/hook")
+    try:
+        world.start_operator()
+        await claude_world(world, 4.0)
+        await eventually(lambda: any("resume" in json.dumps(r) for r in received), 30, what="webhook call")
+        body = json.dumps(received)
+        assert "box-a" in body and "continue" in body
+        assert "tok-a" not in body, "no credential in a notification"
+    finally:
+        await runner.cleanup()

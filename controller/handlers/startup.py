@@ -63,8 +63,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     async def run_exec(namespace: str, pod: str, container: str, argv: list[str], stdin: str | None = None):
         return await apod_exec(core, namespace, pod, container, argv, stdin=stdin, timeout=ops.exec_timeout_s)
 
+    from controller.notify import Notifier
+
+    notifier = getattr(memo, "notifier", None) or Notifier.from_env()
     memo.runtime = Runtime(settings=ops, kube=Kube(api), usage=UsageCache(reader),
-                           exec=exec_override or run_exec, clock=getattr(memo, "clock", None) or utcnow)
+                           exec=exec_override or run_exec, notifier=notifier,
+                           clock=getattr(memo, "clock", None) or utcnow)
     memo.reader = reader
     if ops.metrics_port and not getattr(memo, "no_metrics", False):
         from prometheus_client import start_http_server
@@ -81,3 +85,6 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     reader = getattr(memo, "reader", None)
     if reader is not None:
         await reader.close()
+    runtime = getattr(memo, "runtime", None)
+    if runtime is not None and runtime.notifier is not None:
+        await runtime.notifier.aclose()

@@ -113,7 +113,7 @@ class BoxWatcher:
         self.rt = rt
         self.namespace = namespace
         self.name = name
-        self.post_event = post_event
+        self.post_event = self._notifying(post_event)
         self.records: dict[str, TabRecord] | None = None
         self.tab_ids: dict[str, str] = {}
         self._last_status: dict[str, Any] | None = None
@@ -132,6 +132,21 @@ class BoxWatcher:
         self._uid: str | None = None
         self.sub_problem: str | None = None
         self.seen: dict[str, tuple[int, datetime]] = {}   # tab -> (screen hash, unchanged since)
+
+    _NOTIFY = {"Resumed": "resume", "Switched": "switch", "ReserveReached": "reserve",
+               "PromptNotEmpty": "needs_attention", "ResumeNotTakingEffect": "needs_attention",
+               "Stalled": "needs_attention", "OutOfCredits": "needs_attention", "NeedsAttention": "needs_attention",
+               "RotationGroupExhausted": "needs_attention", "SubscriptionNotFound": "needs_attention"}
+
+    def _notifying(self, post_event: EventFn) -> EventFn:
+        """Events always; the optional webhook too for resume, switch, reserve and needs-attention."""
+        def post(type_: str, reason: str, message: str) -> None:
+            post_event(type_, reason, message)
+            kind = self._NOTIFY.get(reason)
+            notifier = self.rt.notifier
+            if kind and notifier is not None and getattr(notifier, "enabled", False):
+                notifier.schedule(kind, self.namespace, self.name, message)
+        return post
 
     # ------------------------------------------------------------------ one pass
     async def tick(self, body: dict[str, Any]) -> float:
