@@ -47,6 +47,12 @@ class Settings(BaseModel):
     exec_timeout_s: float = Field(10.0, gt=0, description="Timeout of one pod exec call.")
     anthropic_base_url: str = Field("https://api.anthropic.com", description="Anthropic usage API base URL.")
     openai_base_url: str = Field("https://chatgpt.com", description="ChatGPT usage API base URL.")
+    # --- login lifecycle (controller/service/logins.py, docs/logins.md)
+    login_refresh_before_s: float = Field(1800.0, gt=0, description="Refresh a subscription's login this long before its access token expires (the agents refresh at about 5 minutes: the controller must come first; a longer lead tolerates a longer controller outage).")
+    login_retry_s: float = Field(30.0, gt=0, description="First retry delay after a failed login refresh (5xx, timeout) or a failed push to a box; doubles up to 10 minutes.")
+    anthropic_token_url: str = Field("https://platform.claude.com/v1/oauth/token", description="Claude Code's OAuth token endpoint (login refresh).")
+    openai_token_url: str = Field("https://auth.openai.com/oauth/token", description="Codex's OAuth token endpoint (login refresh).")
+    # --- end login lifecycle
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus metrics port (0 = off).")
     namespace: str | None = Field(None, description="Watch one namespace only (None = cluster-wide).")
 

@@ -81,8 +81,18 @@ class SubscriptionReader:
         self.rt, self.namespace, self.name, self.post_event = rt, namespace, name, post_event
         self.last_state: str | None = None
         self.previous: Usage | None = None
+        from controller.service.logins import LoginKeeper
+
+        self.logins = LoginKeeper(rt, namespace, name, post_event)
+        self.login_delay = float("inf")
 
     async def tick(self, body: dict[str, Any]) -> float:
+        """Read once and keep the login fresh; returns seconds until the next read or login refresh."""
+        self.login_delay = float("inf")
+        delay = await self._tick(body)
+        return min(delay, self.login_delay)
+
+    async def _tick(self, body: dict[str, Any]) -> float:
         """Read once (through the shared cache) and patch status; returns seconds until the next read."""
         rt = self.rt
         try:
@@ -95,6 +105,11 @@ class SubscriptionReader:
         # The Secret may be created, fixed or removed after the Subscription: CredentialsValid follows
         # it here (the validate handler only runs when the Subscription itself changes).
         login, reason, msg = await load_login(rt, self.namespace, spec)
+        if login is not None:  # login lifecycle: refresh, store, propagate, read back (service/logins.py)
+            kept = await self.logins.tick(spec, login, status)
+            login, status, self.login_delay = kept.login, kept.status, kept.delay
+            if login is None:
+                return kept.delay
         current = status.get("conditions") or []
         base = set_condition(current, C.COND_CREDENTIALS_VALID, login is not None, reason, msg, now, gen)
         if login is None:

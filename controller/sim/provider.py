@@ -15,6 +15,15 @@ And the agents' own model calls, so the real CLIs can run against it (notes/real
   talks HTTPS in that mode: `start_tls()` adds a second port with a test CA made at runtime.
 Every model call is recorded in ``turns`` (the last user text and the user texts of the history).
 
+And the OAuth token endpoints the agents refresh their logins with (notes/real-agents.md "Logins"):
+- ``POST /v1/oauth/token`` (Claude Code, ``https://platform.claude.com/v1/oauth/token``; reached
+  through a CONNECT tunnel, `controller.sim.real_agents.TunnelProxy`);
+- ``POST /oauth/token`` (Codex, ``https://auth.openai.com/oauth/token``; ``CODEX_REFRESH_TOKEN_URL_OVERRIDE``).
+Logins made with `issue_login` have access tokens that expire (401 afterwards) and single-use
+refresh tokens: a refresh token presented twice is refused and revokes its whole chain (every
+access and refresh token descended from the same login), as the real providers do. Every refresh
+is recorded in ``refreshes``.
+
 The Bearer token decides which account is asked (``add_login(token, account)``); unknown tokens get 401.
 Per account, either a raw payload (``set_usage``) or windows (``set_windows``, rendered into both shapes).
 ``fail_next`` scripts failures (5xx / 429 / 401 with headers). Every request is recorded in ``requests``
@@ -28,12 +37,14 @@ apply scripted failures to every route; use `account_for(request)` to resolve th
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import itertools
 import json
 import pathlib
 import ssl
 import time
+import uuid
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -43,7 +54,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["Failure", "ProviderEmulator", "RecordedRequest", "Turn"]
+__all__ = ["Failure", "ProviderEmulator", "RecordedRequest", "Refresh", "Turn"]
 
 HEADERS_OF_INTEREST = (
     "user-agent",
@@ -73,6 +84,7 @@ class RecordedRequest:
         account: the account the token maps to, or None.
         headers: lower-cased headers of interest (User-Agent, anthropic-beta, ChatGPT-Account-Id, …).
         status: the status answered.
+        at: epoch seconds when it arrived.
     """
 
     method: str
@@ -81,6 +93,7 @@ class RecordedRequest:
     account: str | None
     headers: dict[str, str]
     status: int = 0
+    at: float = 0.0
 
 
 @dataclass
@@ -116,6 +129,39 @@ class Turn:
     items: int
 
 
+@dataclass(frozen=True)
+class Refresh:
+    """One call of a token endpoint.
+
+    Attributes:
+        provider: "anthropic" | "openai".
+        account: the account of the refresh token (None when unknown).
+        refresh_fp: sha256(refresh token presented)[:8].
+        status: the status answered (200, 400/401 refused, or a scripted failure).
+        outcome: "ok", "reused" (the chain was revoked), "revoked", "unknown", "bad_request".
+        at: epoch seconds.
+        new_access_fp: sha256(new access token)[:8] on success.
+    """
+
+    provider: str
+    account: str | None
+    refresh_fp: str
+    status: int
+    outcome: str
+    at: float
+    new_access_fp: str = ""
+
+
+@dataclass
+class _Grant:
+    """A refresh token: its account, chain and whether it was spent."""
+
+    provider: str
+    account: str
+    chain: int
+    used: bool = False
+
+
 @dataclass
 class _Account:
     five_hour: WindowSpec | None = None
@@ -148,6 +194,14 @@ class ProviderEmulator:
         self.reply_s: float = 1.5  # how long a streamed reply takes (so the agents' spinners show)
         self._tls_port: int | None = None
         self._ids = itertools.count(1)
+        # OAuth: access token expiry (epoch s), refresh tokens, chains (chain -> its tokens).
+        self._expires: dict[str, float] = {}
+        self._grants: dict[str, _Grant] = {}
+        self._chains: dict[int, set[str]] = {}
+        self._chain_of: dict[str, int] = {}
+        self._chain_ids = itertools.count(1)
+        self.token_ttl_s: dict[str, float] = {"anthropic": 28800.0, "openai": 864000.0}
+        self.refreshes: list[Refresh] = []
         self.app = web.Application(middlewares=[self._record_mw, self._fail_mw])
         self.app.router.add_get("/api/oauth/usage", self._anthropic_usage)
         self.app.router.add_get("/backend-api/wham/usage", self._openai_usage)
@@ -156,6 +210,8 @@ class ProviderEmulator:
         self.app.router.add_get("/backend-api/codex/responses", self._openai_responses_upgrade)
         self.app.router.add_post("/backend-api/codex/responses", self._openai_responses)
         self.app.router.add_post("/v1/responses", self._openai_responses)
+        self.app.router.add_post("/v1/oauth/token", self._anthropic_token)
+        self.app.router.add_post("/oauth/token", self._openai_token)
 
     # ----------------------------------------------------------------------------------------- lifecycle
 
@@ -175,7 +231,7 @@ class ProviderEmulator:
         ``CODEX_CA_CERTIFICATE`` / ``NODE_EXTRA_CA_CERTS``). Call after `start()`."""
         if self._runner is None:
             raise RuntimeError("emulator not started")
-        ca_pem, cert_pem, key_pem = make_test_certificates(self._host)
+        ca_pem, cert_pem, key_pem = make_test_certificates(self._host, extra_names=TLS_NAMES)
         ca_path = pathlib.Path(ca_path)
         ca_path.parent.mkdir(parents=True, exist_ok=True)
         ca_path.write_bytes(ca_pem)
@@ -228,6 +284,140 @@ class ProviderEmulator:
     def revoke(self, token: str) -> None:
         """Forget ``token``: its next request gets 401."""
         self._tokens.pop(token, None)
+
+    # ----------------------------------------------------------------------------------------- OAuth logins
+
+    def issue_login(self, provider: str, account: str, ttl_s: float | None = None, *, plan: str = "plus",
+                    chain: int | None = None) -> str:
+        """A fresh login of ``account`` as the agent's login file text (Claude Code ``.credentials.json``
+        for "anthropic", Codex ``auth.json`` for "openai"): an access token expiring in ``ttl_s``
+        (default ``token_ttl_s[provider]``) and a single-use refresh token, both registered here."""
+        access, refresh, ttl, id_token = self._mint(provider, account, ttl_s, plan, chain)
+        now = time.time()
+        if provider == "anthropic":
+            return json.dumps({"claudeAiOauth": {
+                "accessToken": access, "refreshToken": refresh, "expiresAt": int((now + ttl) * 1000),
+                "scopes": ["user:inference", "user:profile", "user:sessions:claude_code"],
+                "subscriptionType": "max", "rateLimitTier": "default_claude_max_5x"}})
+        return json.dumps({"auth_mode": "chatgpt", "OPENAI_API_KEY": None, "tokens": {
+            "id_token": id_token, "access_token": access, "refresh_token": refresh, "account_id": account},
+            "last_refresh": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))})
+
+    def _mint(self, provider: str, account: str, ttl_s: float | None, plan: str = "plus",
+              chain: int | None = None) -> tuple[str, str, float, str]:
+        """(access, refresh, ttl, id_token) registered under ``chain`` (a new chain when None)."""
+        ttl = float(self.token_ttl_s[provider] if ttl_s is None else ttl_s)
+        chain = next(self._chain_ids) if chain is None else chain
+        n = next(self._ids)
+        now = time.time()
+        id_token = ""
+        if provider == "anthropic":
+            access = f"sk-ant-oat01-emu-{account}-{n:06d}"
+            refresh = f"sk-ant-ort01-emu-{account}-{n:06d}"
+        else:
+            auth = {"chatgpt_plan_type": self._account(account).plan_type or plan, "chatgpt_account_id": account,
+                    "chatgpt_user_id": f"user-{account}"}
+            exp = int(now + ttl)
+            access = _jwt({"exp": exp, "iat": int(now), "sub": f"user-{account}", "jti": f"emu-{n:06d}",
+                           "https://api.openai.com/auth": auth})
+            id_token = _jwt({"email": f"{account}@example.com", "exp": exp, "iat": int(now),
+                             "sub": f"user-{account}", "https://api.openai.com/auth": auth})
+            refresh = f"rt_emu-{account}-{n:06d}"
+        self.add_login(access, account)
+        self._expires[access] = now + ttl
+        self._grants[refresh] = _Grant(provider, account, chain)
+        self._chains.setdefault(chain, set()).update((access, refresh))
+        self._chain_of[access] = self._chain_of[refresh] = chain
+        return access, refresh, ttl, id_token
+
+    def expire(self, token: str) -> None:
+        """Make an access token expire now (its next request gets 401)."""
+        self._expires[token] = time.time()
+
+    def token_valid(self, token: str | None, at: float | None = None) -> bool:
+        """``token`` is a known access token, not revoked and not expired (at ``at``, default now)."""
+        if not token or token not in self._tokens:
+            return False
+        exp = self._expires.get(token)
+        return exp is None or exp > (time.time() if at is None else at)
+
+    def refresh_spent(self, refresh_token: str) -> bool:
+        """The refresh token was used (or its chain revoked)."""
+        g = self._grants.get(refresh_token)
+        return g is None or g.used
+
+    def _revoke_chain(self, chain: int) -> None:
+        for tok in self._chains.get(chain, set()):
+            self._tokens.pop(tok, None)
+            g = self._grants.get(tok)
+            if g is not None:
+                g.used = True
+
+    async def _form(self, request: web.Request) -> dict[str, Any]:
+        raw = await request.read()
+        if "json" in request.headers.get("Content-Type", ""):
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                return {}
+            return body if isinstance(body, dict) else {}
+        from urllib.parse import parse_qsl
+
+        return dict(parse_qsl(raw.decode("utf-8", "replace")))
+
+    async def _token(self, provider: str, request: web.Request) -> tuple[_Grant | None, str, web.Response | None]:
+        """Spend the presented refresh token: (grant, token, None) or (None, token, refusal)."""
+        body = await self._form(request)
+        rt = body.get("refresh_token")
+        now = time.time()
+
+        def refuse(status: int, outcome: str, account: str | None, error: dict) -> web.Response:
+            self.refreshes.append(Refresh(provider, account, _fp(rt if isinstance(rt, str) else None), status,
+                                          outcome, now))
+            return web.json_response(error, status=status)
+
+        if body.get("grant_type") != "refresh_token" or not isinstance(rt, str) or not rt:
+            return None, "", refuse(400, "bad_request", None, {"error": "invalid_request"})
+        grant = self._grants.get(rt)
+        if grant is None or grant.provider != provider:
+            err = ({"error": "invalid_grant", "error_description": "Invalid refresh token"} if provider == "anthropic"
+                   else {"error": {"code": "refresh_token_invalidated", "message": "Invalid refresh token"}})
+            return None, rt, refuse(400 if provider == "anthropic" else 401, "unknown", None, err)
+        if grant.used:
+            # A second use of a single-use refresh token: the whole chain is logged out.
+            chain_alive = any(t in self._tokens for t in self._chains.get(grant.chain, set()))
+            self._revoke_chain(grant.chain)
+            err = ({"error": "invalid_grant", "error_description": "Refresh token already used"}
+                   if provider == "anthropic" else
+                   {"error": {"code": "refresh_token_reused", "message": "Refresh token has already been used"}})
+            return None, rt, refuse(400 if provider == "anthropic" else 401, "reused" if chain_alive else "revoked",
+                                    grant.account, err)
+        grant.used = True
+        return grant, rt, None
+
+    async def _anthropic_token(self, request: web.Request) -> web.Response:
+        grant, rt, err = await self._token("anthropic", request)
+        if err is not None:
+            return err
+        assert grant is not None
+        access, refresh, ttl, _ = self._mint("anthropic", grant.account, None, chain=grant.chain)
+        self.refreshes.append(Refresh("anthropic", grant.account, _fp(rt), 200, "ok", time.time(), _fp(access)))
+        acct_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, grant.account))
+        return web.json_response({
+            "token_type": "Bearer", "access_token": access, "refresh_token": refresh, "expires_in": int(ttl),
+            "scope": "user:inference user:profile user:sessions:claude_code",
+            "organization": {"uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, grant.account + "/org")),
+                             "name": "Emulated Org"},
+            "account": {"uuid": acct_uuid, "email_address": f"{grant.account}@example.com"}})
+
+    async def _openai_token(self, request: web.Request) -> web.Response:
+        grant, rt, err = await self._token("openai", request)
+        if err is not None:
+            return err
+        assert grant is not None
+        access, refresh, _, id_token = self._mint("openai", grant.account, None, chain=grant.chain)
+        self.refreshes.append(Refresh("openai", grant.account, _fp(rt), 200, "ok", time.time(), _fp(access)))
+        return web.json_response({"id_token": id_token, "access_token": access, "refresh_token": refresh})
 
     def _account(self, token_or_account: str) -> _Account:
         account = self._tokens.get(token_or_account, token_or_account)
@@ -292,6 +482,7 @@ class ProviderEmulator:
     @web.middleware
     async def _record_mw(self, request: web.Request, handler: Callable) -> web.StreamResponse:
         status = 500
+        arrived = time.time()
         try:
             resp = await handler(request)
             status = resp.status
@@ -308,6 +499,7 @@ class ProviderEmulator:
                     account=self.account_for(request),
                     headers={k: request.headers[k] for k in HEADERS_OF_INTEREST if k in request.headers},
                     status=status,
+                    at=arrived,
                 )
             )
 
@@ -326,6 +518,10 @@ class ProviderEmulator:
 
     def _resolve(self, request: web.Request) -> tuple[_Account | None, web.Response | None]:
         account = self.account_for(request)
+        token = self.bearer(request)
+        if account is not None and token in self._expires and not self.token_valid(token):
+            return None, web.json_response({"error": {"type": "authentication_error",
+                                                      "message": "OAuth token has expired."}}, status=401)
         if account is None:
             return None, web.json_response({"error": {"type": "authentication_error"}}, status=401)
         return self._accounts[account], None
@@ -650,8 +846,24 @@ class ProviderEmulator:
             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 12 + len(words)}}})
 
 
-def make_test_certificates(host: str = "127.0.0.1") -> tuple[bytes, bytes, bytes]:
-    """A throwaway CA and a server certificate for ``host`` (IP and localhost SANs), as PEM:
+def _jwt(claims: dict[str, Any]) -> str:
+    """An unsigned-looking JWT (Codex reads only the claims)."""
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    return ".".join((b64(json.dumps({"alg": "RS256", "typ": "JWT"}).encode()), b64(json.dumps(claims).encode()),
+                     b64(b"emulator-signature")))
+
+
+# Host names the test certificate also covers: the agents' token endpoints, reached through a
+# CONNECT tunnel to this emulator (controller.sim.real_agents.TunnelProxy).
+TLS_NAMES = ("platform.claude.com", "auth.openai.com")
+
+
+def make_test_certificates(host: str = "127.0.0.1",
+                           extra_names: tuple[str, ...] = ()) -> tuple[bytes, bytes, bytes]:
+    """A throwaway CA and a server certificate for ``host`` (IP and localhost SANs, plus
+    ``extra_names``), as PEM:
     (ca certificate, server certificate, server private key). Needs the ``cryptography`` package."""
     import ipaddress
 
@@ -673,7 +885,7 @@ def make_test_certificates(host: str = "127.0.0.1") -> tuple[bytes, bytes, bytes
           .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.DNSName("localhost")]
+    sans: list[x509.GeneralName] = [x509.DNSName("localhost"), *(x509.DNSName(n) for n in extra_names)]
     try:
         sans.append(x509.IPAddress(ipaddress.ip_address(host)))
     except ValueError:

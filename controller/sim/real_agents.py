@@ -152,6 +152,63 @@ class DenyProxy:
             writer.close()
 
 
+@dataclass
+class TunnelProxy(DenyProxy):
+    """`DenyProxy` that tunnels CONNECTs to a few named hosts to loopback ports, refusing the rest.
+
+    ``routes``: {"platform.claude.com": ("127.0.0.1", <emulator TLS port>)}. Claude Code's token
+    refresh has no URL override (notes/real-agents.md): with ``HTTPS_PROXY`` here and the test CA
+    in ``NODE_EXTRA_CA_CERTS`` its POST to https://platform.claude.com/v1/oauth/token reaches the
+    provider emulator, whose certificate names that host. ``tunnels`` lists what was tunnelled.
+    """
+
+    routes: dict[str, tuple[str, int]] = field(default_factory=dict)
+    tunnels: list[str] = field(default_factory=list)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
+            writer.close()
+            return
+        line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        method, target = (line.split(" ") + ["", ""])[:2]
+        host = target.rsplit(":", 1)[0] if method == "CONNECT" else ""
+        route = self.routes.get(host)
+        if route is None:
+            self.attempts.append(f"{method} {target}")
+            try:
+                writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                await writer.drain()
+            except ConnectionError:
+                pass
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*route)
+        except OSError:
+            writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+            writer.close()
+            return
+        self.tunnels.append(target)
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                try:
+                    dst.close()
+                except RuntimeError:
+                    pass
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
 # ---------------------------------------------------------------------------------------------- logins
 
 def _b64(data: bytes) -> str:
@@ -297,6 +354,10 @@ class RealAgents:
     marker: str = field(default_factory=lambda: uuid.uuid4().hex)
     proxy: DenyProxy = field(default_factory=DenyProxy)
     ca_path: pathlib.Path | None = None
+    # Route the CLIs' own token refreshes to the emulator: Claude Code through a CONNECT tunnel for
+    # platform.claude.com (test CA in NODE_EXTRA_CA_CERTS), Codex through CODEX_REFRESH_TOKEN_URL_OVERRIDE.
+    # Off: both refreshes go to the refusing proxy.
+    route_token_endpoints: bool = False
 
     async def __aenter__(self) -> "RealAgents":
         await self.start()
@@ -307,9 +368,13 @@ class RealAgents:
 
     async def start(self) -> None:
         ensure_installed(self.prefix)
+        if self.route_token_endpoints and not isinstance(self.proxy, TunnelProxy):
+            self.proxy = TunnelProxy()
         await self.proxy.start()
         self.ca_path = self.world.workdir / "tls" / "test-ca.pem"
         await self.world.provider.start_tls(self.ca_path)
+        if isinstance(self.proxy, TunnelProxy):
+            self.proxy.routes["platform.claude.com"] = ("127.0.0.1", int(self.world.provider.tls_url.rsplit(":", 1)[1]))
 
     # ----- Claude Code
     def claude_login(self, token: str, account: str) -> str:
@@ -322,6 +387,8 @@ class RealAgents:
         home = self.world.pod_dir(pod)
         write_claude_home(home, home, auto_continue=auto_continue, account=account)
         env = claude_env(self.world.provider.url, self.proxy.url, self.marker, home)
+        if self.route_token_endpoints and self.ca_path is not None:
+            env["NODE_EXTRA_CA_CERTS"] = str(self.ca_path)
         return {"claude": env_argv(env, [str(claude_binary(self.prefix))])}
 
     # ----- Codex
@@ -337,6 +404,8 @@ class RealAgents:
         home = self.world.pod_dir(pod)
         write_codex_home(home / ".codex", home, self.world.provider.tls_url)
         env = codex_env(self.proxy.url, self.marker, home, self.ca_path)
+        if self.route_token_endpoints:
+            env["CODEX_REFRESH_TOKEN_URL_OVERRIDE"] = self.world.provider.url + "/oauth/token"
         return {"codex": env_argv(env, [str(codex_binary(self.prefix))])}
 
     # ----- cleanup

@@ -1,0 +1,399 @@
+"""The login keeper: one authoritative login per subscription, however many boxes use it.
+
+The controller is the only refresher (docs/logins.md). Per subscription (it runs inside that
+subscription's usage reader, so there is one keeper and at most one refresh at a time):
+
+1. **Refresh early.** When the access token has less than ``login_refresh_before_s`` left (the
+   agents act at about 5 minutes), spend the refresh token once at the provider's token endpoint
+   (`controller.providers.oauth`).
+2. **Store first.** Write the new login file into the Subscription's Secret (same format, every
+   other field and every other key kept) before anything else, so the newest login is never only in
+   memory or only in a pod.
+3. **Propagate.** Push it to every box on the subscription (``status.subscription``, else
+   ``spec.subscription``) whose agent uses that provider: the box credentials Secret, and the live
+   login file in the pod **only where one exists** (a box stopped by the reserve has none and stays
+   stopped). Claude Code re-reads its file before every request; a running Codex reloads it when its
+   in-memory token gets within 5 minutes of expiry and adopts a newer token of the same account
+   without refreshing (measured; docs/logins.md). Failed pushes are retried on the next tick.
+4. **Read back (fallback).** Before spending a refresh token (so also on the first tick after the
+   controller was away past the refresh point) and while a refresh stays refused, read the boxes' live files: a newer login of the same
+   account (an agent refreshed by itself while the controller was away) is adopted into the Secret
+   and propagated instead of refreshing (which would reuse a spent token and log every copy out).
+   Same account: Codex ``account_id``; for Claude Code, whose file names no account, the
+   ``agentbox.subscription`` marker this keeper adds to the file (Claude Code keeps unknown keys
+   when it rewrites the file; measured).
+5. **Failures.** A refused refresh (400/401/403) with no newer login in any box: the Subscription
+   becomes ``Disconnected`` with condition ``LoginRefreshed=False/RefreshRefused`` and an Event; the
+   windows are kept; nothing is retried until the Secret changes. A 5xx/timeout: retried with
+   backoff, the old login kept (it is still valid: the refresh started long before expiry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable
+
+from controller import constants as C
+from controller.conditions import set_condition
+from controller.providers.credentials import InvalidLogin, Login, parse_login, token_fingerprint
+
+log = logging.getLogger("agentbox.logins")
+
+COND_LOGIN_REFRESHED = "LoginRefreshed"
+MARKER_KEY = "agentbox"   # top-level key of a Claude Code login file: {"subscription": "<ns>/<name>"}
+AGENT_OF = {"anthropic": "claude-code", "openai": "codex"}
+PATH_OF = {"anthropic": ".claude/.credentials.json", "openai": ".codex/auth.json"}
+KEY_OF = {"anthropic": "credentials.json", "openai": "auth.json"}
+
+# Replace $HOME/<path> atomically (mode 0600) only if it exists: a box whose file was removed (the
+# reserve stop) is left without one. Exit 4: no file.
+_REPLACE = ('umask 077; f="$HOME/$1"; [ -f "$f" ] || exit 4; cat > "$f.agentbox-tmp" '
+            '&& mv -f "$f.agentbox-tmp" "$f"')
+_READ = 'f="$HOME/$1"; [ -f "$f" ] || exit 4; head -c 262144 "$f"'
+
+
+@dataclass
+class KeepResult:
+    """What the reader does after the keeper's tick.
+
+    Attributes:
+        login: the login to read usage with; None when the keeper set the state itself (Disconnected).
+        status: the Subscription status with the keeper's condition set (the reader builds on it).
+        delay: seconds until the keeper needs the next tick.
+    """
+
+    login: Login | None
+    status: dict[str, Any]
+    delay: float
+
+
+@dataclass
+class _Box:
+    name: str
+    body: dict[str, Any]
+    pod: str
+    container: str | None = None
+
+
+@dataclass
+class LoginKeeper:
+    """Keeps one subscription's login fresh and the same in the Secret and every box on it.
+
+    Args:
+        rt: runtime (settings, kube client, exec, clock).
+        namespace, name: the subscription.
+        post_event: posts an Event on the Subscription.
+        session: aiohttp session for the token endpoint (None: one per refresh).
+    """
+
+    rt: Any
+    namespace: str
+    name: str
+    post_event: Callable[[str, str, str], None]
+    session: Any = None
+    failures: int = 0
+    retry_at: datetime | None = None
+    refused_fp: str | None = None          # refresh token the provider refused (no retry until it changes)
+    lifetime_s: float | None = None        # observed access token lifetime (after our first refresh)
+    unsynced: set[str] = field(default_factory=set)   # boxes whose push failed
+    refreshes: int = 0
+    adopted: int = 0
+    _last_boxes: list[_Box] = field(default_factory=list)
+
+    @property
+    def marker(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    # ------------------------------------------------------------------ the tick
+    async def tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
+        """Refresh / adopt / propagate as due. Never raises: trouble (API server, pods) is logged and
+        retried after ``login_retry_s`` with the current login kept for the usage read."""
+        try:
+            return await self._tick(spec, login, status)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("Subscription %s: login keeping failed (%s); retrying", self.marker, type(exc).__name__)
+            return KeepResult(login, status, self.rt.settings.login_retry_s)
+
+    async def _tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
+        st = self.rt.settings
+        now = self.rt.clock()
+        far = st.usage_interval_s
+        if not login.refresh_token or login.expires_at is None:
+            return KeepResult(login, status, far)
+        provider = spec.provider
+        ref = spec.credentials_secret_ref
+        _, text = await self.rt.kube.get_secret_value(self.namespace, ref.name, ref.key)
+        if text is None:
+            return KeepResult(login, status, far)
+        gen = status.get("observedGeneration")
+        fp = token_fingerprint(login.refresh_token)
+        if self.refused_fp is not None:
+            if fp == self.refused_fp:
+                # Refused earlier and the Secret did not change: stay Disconnected; still look for a
+                # box that holds a newer login (an agent that refreshed by itself).
+                adopted = await self._adopt_from_boxes(provider, login, text, ref, now)
+                if adopted is None:
+                    return KeepResult(None, status, far)
+                login, text = adopted
+            self.refused_fp = None
+            self.failures, self.retry_at = 0, None
+        due = self._due_at(login)
+        if now >= due and (self.retry_at is None or now >= self.retry_at):
+            adopted = await self._adopt_from_boxes(provider, login, text, ref, now)
+            if adopted is not None:
+                login, text = adopted
+            else:
+                outcome = await self._refresh(provider, login, text, ref, now)
+                if isinstance(outcome, str):          # refused: Disconnected
+                    conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
+                                          "RefreshRefused", outcome, now, gen)
+                    conds = set_condition(conds, C.COND_CREDENTIALS_VALID, False, "RefreshRefused",
+                                          "The provider refused to renew the login; update the login Secret "
+                                          f"{ref.name!r}", now, gen)
+                    await self._patch({"state": "Disconnected", "conditions": conds,
+                                       "message": "Login refresh refused by the provider"})
+                    return KeepResult(None, {**status, "conditions": conds, "state": "Disconnected"}, far)
+                if outcome is None:                    # unavailable: keep the old login, retry later
+                    conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
+                                          "RefreshFailed", f"Login refresh failed {self.failures} time(s); "
+                                          "retrying, the current login stays in use", now, gen)
+                    return KeepResult(login, {**status, "conditions": conds},
+                                      max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
+                login, text = outcome
+        elif self.unsynced:
+            await self.propagate(provider, text, only=set(self.unsynced))
+        else:
+            await self._sync_stale(provider, login, text)
+        conds = status.get("conditions") or []
+        if self.refreshes or self.adopted:
+            conds = set_condition(conds, COND_LOGIN_REFRESHED, True, "Refreshed",
+                                  f"Login renewed by the controller; expires {login.expires_at:%Y-%m-%d %H:%M:%S} UTC",
+                                  now, gen)
+        delay = (self._due_at(login) - self.rt.clock()).total_seconds()
+        if self.unsynced:
+            delay = min(delay, st.login_retry_s)
+        return KeepResult(login, {**status, "conditions": conds}, max(0.5, min(delay, far)))
+
+    def due_in(self, login: Login | None) -> float:
+        """Seconds until ``login`` is due for a refresh (inf without a refresh token or expiry)."""
+        if login is None or not login.refresh_token or login.expires_at is None:
+            return float("inf")
+        return (self._due_at(login) - self.rt.clock()).total_seconds()
+
+    def _due_at(self, login: Login) -> datetime:
+        from datetime import timedelta
+
+        assert login.expires_at is not None
+        margin = self.rt.settings.login_refresh_before_s
+        if self.lifetime_s:
+            # Never refresh more often than every half lifetime (a provider issuing short tokens).
+            margin = min(margin, self.lifetime_s / 2)
+        return login.expires_at - timedelta(seconds=margin)
+
+    # ------------------------------------------------------------------ refresh
+    async def _refresh(self, provider: str, login: Login, text: str, ref: Any,
+                       now: datetime) -> tuple[Login, str] | str | None:
+        """(login, text) on success; a message when refused; None when unavailable (retry later)."""
+        import aiohttp
+
+        from controller.providers.oauth import RefreshError, RefreshRefused, RefreshUnavailable, refresh_login
+
+        st = self.rt.settings
+        url = st.anthropic_token_url if provider == "anthropic" else st.openai_token_url
+        try:
+            if self.session is not None:
+                new_text = await refresh_login(self.session, provider, text, login, token_url=url, now=now)
+            else:  # refreshes are rare: a session per refresh, nothing left open when the daemon stops
+                async with aiohttp.ClientSession() as session:
+                    new_text = await refresh_login(session, provider, text, login, token_url=url, now=now)
+        except RefreshRefused as exc:
+            self.refused_fp = token_fingerprint(login.refresh_token)
+            msg = f"The provider refused to renew the login ({exc}); update the login Secret {ref.name!r}"
+            self.post_event("Warning", "LoginRefreshRefused", msg)
+            log.warning("Subscription %s: %s", self.marker, exc)
+            return msg
+        except (RefreshUnavailable, RefreshError) as exc:
+            from datetime import timedelta
+
+            self.failures += 1
+            backoff = min(st.login_retry_s * 2 ** (self.failures - 1), max(st.login_retry_s, 600.0))
+            # Never let the backoff run past the agents' own refresh point (5 min before expiry).
+            if login.expires_at is not None:
+                backoff = min(backoff, max(1.0, (login.expires_at - now).total_seconds() / 4))
+            self.retry_at = now + timedelta(seconds=backoff)
+            log.warning("Subscription %s: %s; retry in %.0f s", self.marker, exc, backoff)
+            if self.failures == 1:
+                self.post_event("Warning", "LoginRefreshFailed", f"{exc}; retrying, the current login stays in use")
+            return None
+        self.failures, self.retry_at = 0, None
+        new = parse_login(provider, new_text)
+        if new.expires_at is not None:
+            self.lifetime_s = max(1.0, (new.expires_at - now).total_seconds())
+        self.refreshes += 1
+        new_text = self._mark(provider, new_text)
+        await self._store(ref, new_text)
+        await self.propagate(provider, new_text)
+        log.info("Subscription %s: login refreshed (token sha256:%s), pushed to %d box(es)", self.marker,
+                 new.fingerprint, len(self._last_boxes))
+        return new, new_text
+
+    # ------------------------------------------------------------------ store / propagate
+    def _mark(self, provider: str, text: str) -> str:
+        """Claude Code login files carry the subscription marker (identity for the read-back)."""
+        if provider != "anthropic":
+            return text
+        data = json.loads(text)
+        if data.get(MARKER_KEY) == {"subscription": self.marker}:
+            return text
+        data[MARKER_KEY] = {"subscription": self.marker}
+        return json.dumps(data)
+
+    async def _store(self, ref: Any, text: str) -> None:
+        """Write the login into the Subscription's Secret key (other keys untouched), retrying a few times."""
+        core = self.rt.kube.core
+        body = {"data": {ref.key: base64.b64encode(text.encode()).decode()}}
+        for attempt in range(5):
+            try:
+                await asyncio.to_thread(core.patch_namespaced_secret, ref.name, self.namespace, body,
+                                        _content_type="application/merge-patch+json")
+                return
+            except Exception as exc:  # noqa: BLE001 - the boxes still get it; retried below
+                log.warning("Subscription %s: storing the login failed (%s)", self.marker, type(exc).__name__)
+                await asyncio.sleep(0.5 * (attempt + 1))
+        self.post_event("Warning", "LoginStoreFailed", f"Could not store the renewed login in Secret {ref.name!r}; "
+                        "the boxes hold it")
+
+    async def _boxes(self, provider: str) -> list[_Box]:
+        """Boxes currently on this subscription whose agent uses its provider."""
+        out = []
+        for body in await self.rt.kube.list_custom(C.AGENTBOX_PLURAL, self.namespace):
+            spec = body.get("spec") or {}
+            status = body.get("status") or {}
+            if spec.get("agent") != AGENT_OF[provider]:
+                continue
+            if (status.get("subscription") or spec.get("subscription")) != self.name:
+                continue
+            name = body["metadata"]["name"]
+            out.append(_Box(name, body, name, spec.get("container")))
+        self._last_boxes = out
+        return out
+
+    async def _exec(self, box: _Box, argv: list[str], stdin: str | None = None) -> Any:
+        from controller.kube.objects import box_container
+
+        pod = await self.rt.kube.get_pod(self.namespace, box.pod)
+        if not pod or ((pod.get("status") or {}).get("phase")) != "Running":
+            return None
+        container = box_container(pod.get("spec") or {}, box.container)
+        if container is None:
+            return None
+        if stdin is None:
+            return await self.rt.exec(self.namespace, box.pod, container, argv)
+        return await self.rt.exec(self.namespace, box.pod, container, argv, stdin=stdin)
+
+    async def push(self, provider: str, box: _Box, text: str) -> bool:
+        """The login into one box: its credentials Secret, then its live file where one exists."""
+        from controller.kube.objects import make_box_secret
+
+        try:
+            await self.rt.kube.ensure_secret(make_box_secret(box.body, KEY_OF[provider], text))
+            res = await self._exec(box, ["sh", "-c", _REPLACE, "sh", PATH_OF[provider]], stdin=text)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("Subscription %s: pushing the login to box %s failed (%s)", self.marker, box.name,
+                        type(exc).__name__)
+            return False
+        if res is not None and res.rc not in (0, 4):
+            log.warning("Subscription %s: writing the login file in box %s exited %s", self.marker, box.name, res.rc)
+            return False
+        return True
+
+    async def propagate(self, provider: str, text: str, only: set[str] | None = None) -> None:
+        """Push ``text`` to every box on the subscription (or the boxes in ``only``)."""
+        boxes = [b for b in await self._boxes(provider) if only is None or b.name in only]
+        results = await asyncio.gather(*(self.push(provider, b, text) for b in boxes))
+        for box, ok in zip(boxes, results):
+            if ok:
+                self.unsynced.discard(box.name)
+            else:
+                self.unsynced.add(box.name)
+
+    async def _sync_stale(self, provider: str, login: Login, text: str) -> None:
+        """Boxes whose credentials Secret holds another token than the subscription's (a rotation that
+        raced a refresh, a push that failed before a restart) get the current login."""
+        if not self.refreshes and not self.adopted:
+            return  # nothing renewed by this keeper yet: the boxes hold what they were given
+        stale = []
+        for box in await self._boxes(provider):
+            _, current = await self.rt.kube.get_secret_value(self.namespace, f"{box.name}-credentials",
+                                                             KEY_OF[provider])
+            try:
+                held = parse_login(provider, current) if current else None
+            except InvalidLogin:
+                held = None
+            if held is None or held.access_token != login.access_token:
+                if held is not None and self._newer(held, login) and self._same_account(provider, current, login):
+                    continue  # newer than ours: the read-back adopts it before the next refresh
+                stale.append(box.name)
+        if stale:
+            await self.propagate(provider, text, only=set(stale))
+
+    # ------------------------------------------------------------------ read back
+    @staticmethod
+    def _newer(a: Login, b: Login) -> bool:
+        return a.expires_at is not None and b.expires_at is not None and a.expires_at > b.expires_at
+
+    def _same_account(self, provider: str, text: str, login: Login) -> bool:
+        if provider == "openai":
+            try:
+                return parse_login(provider, text).account_id == login.account_id
+            except InvalidLogin:
+                return False
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return False
+        return isinstance(data, dict) and data.get(MARKER_KEY) == {"subscription": self.marker}
+
+    async def _adopt_from_boxes(self, provider: str, login: Login, text: str, ref: Any,
+                                now: datetime) -> tuple[Login, str] | None:
+        """The newest login of the same account found in a box's live file, stored and propagated."""
+        best: tuple[Login, str] | None = None
+        boxes = await self._boxes(provider)
+
+        async def read(box: _Box) -> str | None:
+            try:
+                res = await self._exec(box, ["sh", "-c", _READ, "sh", PATH_OF[provider]])
+            except Exception:  # noqa: BLE001
+                return None
+            return res.stdout if res is not None and res.rc == 0 else None
+
+        for box, live in zip(boxes, await asyncio.gather(*(read(b) for b in boxes))):
+            if not live:
+                continue
+            try:
+                held = parse_login(provider, live)
+            except InvalidLogin:
+                continue
+            if not held.refresh_token or not self._same_account(provider, live, login):
+                continue
+            if self._newer(held, best[0] if best else login):
+                best = (held, live)
+        if best is None:
+            return None
+        held, live = best
+        new_text = self._mark(provider, live)
+        self.adopted += 1
+        self.post_event("Normal", "LoginAdopted", "A box held a newer login of this account (an agent refreshed it); "
+                        "stored it and passed it to the other boxes")
+        await self._store(ref, new_text)
+        await self.propagate(provider, new_text)
+        return held, new_text
+
+    async def _patch(self, status: dict[str, Any]) -> None:
+        await self.rt.kube.patch_status(C.SUBSCRIPTION_PLURAL, self.namespace, self.name, status)
+
