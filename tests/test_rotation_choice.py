@@ -58,6 +58,7 @@ def test_group_selected_keeps_listed_same_provider_only():
 def test_triggers(current, limited, leave, reason):
     got = must_leave(current, limited)
     assert (got.leave, got.reason) == (leave, reason)
+    assert got.trigger in ({"limit", "exhausted", "reserve", "disconnected", "deleted"} if leave else {""})
 
 
 def test_sticky_no_flip_flop():

@@ -72,21 +72,22 @@ class SwitchReason:
 
     leave: bool
     reason: str = ""
+    trigger: str = ""   # limit | exhausted | reserve | disconnected | deleted (a metric label)
 
 
 def must_leave(current: Candidate | None, limited_tab: bool) -> SwitchReason:
     """Triggers of a switch: the current subscription is gone, exhausted, reserved, disconnected,
     or a tab shows a usage-limit line. Unknown (a failed read) alone is not a trigger."""
     if current is None:
-        return SwitchReason(True, "subscription deleted")
+        return SwitchReason(True, "subscription deleted", "deleted")
     if current.state == "Exhausted":
-        return SwitchReason(True, _window_reason(current, "at 100 %"))
+        return SwitchReason(True, _window_reason(current, "at 100 %"), "exhausted")
     if current.state == "Reserved":
-        return SwitchReason(True, "reserve reached")
+        return SwitchReason(True, "reserve reached", "reserve")
     if current.state == "Disconnected":
-        return SwitchReason(True, "login disconnected")
+        return SwitchReason(True, "login disconnected", "disconnected")
     if limited_tab:
-        return SwitchReason(True, "usage limit reached in a tab")
+        return SwitchReason(True, "usage limit reached in a tab", "limit")
     return SwitchReason(False)
 
 

@@ -117,6 +117,7 @@ class SubscriptionReader:
                 # Unknown: rotation never picks a subscription whose login cannot be read (the
                 # validate handler leaves `state` to this reader).
                 await self._patch({"conditions": base, "state": "Unknown", "message": msg})
+            metrics.set_subscription_state(self.namespace, self.name, "Unknown")
             return rt.settings.usage_interval_s
         from controller.providers.readers import UsageThrottled, UsageUnauthorized
 
@@ -128,7 +129,10 @@ class SubscriptionReader:
                                        max_age_s=min(rt.settings.usage_min_interval_s, rt.settings.usage_max_age_s),
                                        now=rt.clock)
             conds = set_condition(base, C.COND_USAGE_FETCHED, True, C.R_USAGE_READ, "Usage read", now, gen)
+            metrics.USAGE_READS.labels(spec.provider, "ok").inc()
         except UsageUnauthorized:
+            metrics.USAGE_READS.labels(spec.provider, "unauthorized").inc()
+            metrics.set_subscription_state(self.namespace, self.name, "Disconnected")
             conds = set_condition(base, C.COND_USAGE_FETCHED, False, C.R_UNAUTHORIZED,
                                   "The provider refused the login (401/403)", now, gen)
             await self._patch({"state": "Disconnected", "conditions": conds, "message": "Login refused by the provider"})
@@ -139,11 +143,17 @@ class SubscriptionReader:
                                 "update the login Secret")
             return rt.settings.usage_interval_s
         except UsageThrottled as exc:
+            metrics.USAGE_READS.labels(spec.provider, "throttled").inc()
+            if self._stale(status, now):
+                metrics.set_subscription_state(self.namespace, self.name, "Unknown")
             conds = set_condition(base, C.COND_USAGE_FETCHED, False, "Throttled",
                                   "The provider asked to slow down; keeping the last windows", now, gen)
             await self._patch({"conditions": conds, **({"state": "Unknown"} if self._stale(status, now) else {})})
             return max(rt.settings.usage_interval_s, float(getattr(exc, "retry_after_s", 0) or 0))
         except Exception as exc:  # noqa: BLE001
+            metrics.USAGE_READS.labels(spec.provider, "error").inc()
+            if self._stale(status, now):
+                metrics.set_subscription_state(self.namespace, self.name, "Unknown")
             conds = set_condition(base, C.COND_USAGE_FETCHED, False, C.R_UPSTREAM_UNAVAILABLE,
                                   f"Usage read failed ({type(exc).__name__})", now, gen)
             await self._patch({"conditions": conds, **({"state": "Unknown"} if self._stale(status, now) else {})})
@@ -173,17 +183,11 @@ class SubscriptionReader:
 
     def _export(self, usage: Usage, state: str) -> None:
         """Per-subscription gauges (labels: namespace, subscription, window/state; never a token)."""
-        util = getattr(metrics, "SUBSCRIPTION_UTILIZATION", None)
-        reset = getattr(metrics, "SUBSCRIPTION_RESET", None)
-        states = getattr(metrics, "SUBSCRIPTION_STATE", None)
         for name, w in usage.windows.items():
-            if util is not None:
-                util.labels(self.namespace, self.name, name).set(w.utilization)
-            if reset is not None and w.resets_at:
-                reset.labels(self.namespace, self.name, name).set(w.resets_at.timestamp())
-        if states is not None:
-            for s in ("Available", "Exhausted", "Reserved", "Disconnected", "Unknown"):
-                states.labels(self.namespace, self.name, s).set(1 if s == state else 0)
+            metrics.SUBSCRIPTION_UTILIZATION.labels(self.namespace, self.name, name).set(w.utilization)
+            if w.resets_at:
+                metrics.SUBSCRIPTION_RESET.labels(self.namespace, self.name, name).set(w.resets_at.timestamp())
+        metrics.set_subscription_state(self.namespace, self.name, state)
 
     def _stale(self, status: dict[str, Any], now: datetime) -> bool:
         """The last good windows are too old to decide from (rotation treats Unknown as unusable)."""

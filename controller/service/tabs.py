@@ -280,7 +280,7 @@ class BoxWatcher:
             nxt = choose_next(current, members)
             leave = must_leave(cur, fresh_limit)
             if leave.leave and nxt is not None:
-                if await self._switch(term, tabs, dets, inputs, spec, body, current, nxt.name, leave.reason, now):
+                if await self._switch(term, tabs, dets, inputs, spec, body, current, nxt.name, leave, now):
                     current, cur = nxt.name, nxt
                     nxt = choose_next(current, members)
             elif leave.leave:
@@ -339,7 +339,7 @@ class BoxWatcher:
 
     async def _switch(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
                       inputs: dict[str, datetime], spec: AgentBoxSpec, body: dict[str, Any],
-                      old: str | None, new: str, reason: str, now: datetime) -> bool:
+                      old: str | None, new: str, leave: Any, now: datetime) -> bool:
         """Move the box to subscription `new`; limited tabs are then resumed by the normal flow
         (usage re-read on the new subscription, the same safety rules). Returns False when the new
         login is unusable (nothing changed)."""
@@ -368,9 +368,8 @@ class BoxWatcher:
                 rec, phase=Phase.RATE_LIMITED, limit_key=key, resets_at=None, resume_at=now, sent_for=None,
                 window=None, auto_continue=False, detected_by=det.detected_by,
                 message=f"Switched to {new}; resuming", attempts=0)
-        if hasattr(metrics, "SWITCHES"):
-            metrics.SWITCHES.labels(self.namespace, self.name, reason.split()[0]).inc()
-        self.post_event("Normal", "Switched", f"Switched from {old} to {new}: {reason}")
+        metrics.SWITCHES.labels(self.namespace, self.name, leave.trigger).inc()
+        self.post_event("Normal", "Switched", f"Switched from {old} to {new}: {leave.reason}")
         await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, {"subscription": new})
         return True
 
@@ -414,8 +413,7 @@ class BoxWatcher:
             except boxfiles.BoxFileError:
                 pass
         self.reserved = f"{line}{until}"
-        if hasattr(metrics, "RESERVE_STOPS"):
-            metrics.RESERVE_STOPS.labels(self.namespace, cur.name, "five_hour" if "5-hour" in line else "weekly").inc()
+        metrics.RESERVE_STOPS.labels(self.namespace, cur.name, "five_hour" if "5-hour" in line else "weekly").inc()
         self.post_event("Warning", "ReserveReached", f"{line} on {cur.name}{until}")
 
     async def _reserve_restore(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
@@ -728,8 +726,7 @@ class BoxWatcher:
         }
         metrics.TABS_NEEDING_HUMAN.labels(self.namespace, self.name).set(len(attention))
         metrics.TABS_RATE_LIMITED.labels(self.namespace, self.name).set(len(limited))
-        if hasattr(metrics, "ROTATION_GROUP_EXHAUSTED"):
-            metrics.ROTATION_GROUP_EXHAUSTED.labels(self.namespace, self.name).set(1 if self.group_exhausted else 0)
+        metrics.ROTATION_GROUP_EXHAUSTED.labels(self.namespace, self.name).set(1 if self.group_exhausted else 0)
         comparable = {k: v for k, v in status.items() if k != "conditions"}
         comparable["conds"] = [(c["type"], c["status"], c["reason"], c["message"]) for c in conds]
         if comparable == self._last_status:
