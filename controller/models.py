@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 
@@ -98,7 +100,9 @@ class Rotation(_Model):
 
     enabled: bool = Field(False, description="Switch to another subscription when the current one runs out.")
     group: Literal["All", "Selected"] = Field("All", description="All: every Subscription of the provider in the namespace; Selected: the list below.")
-    subscriptions: list[str] = Field(default_factory=list, description="With group Selected: the subscriptions to rotate over.")
+    subscriptions: list[Annotated[str, StringConstraints(min_length=1, max_length=253)]] = Field(
+        default_factory=list, max_length=64,
+        description="With group Selected: the subscriptions to rotate over (the box's own and at least one other).")
 
 
 class WhenAgentStops(_Model):
@@ -118,7 +122,8 @@ class PatternSpec(_Model):
 class DetectionSpec(_Model):
     """Extra detection rules for a box."""
 
-    patterns: list[PatternSpec] = Field(default_factory=list, description="User patterns tried after the built-in profiles.")
+    patterns: list[PatternSpec] = Field(default_factory=list, max_length=32,
+                                        description="User patterns tried after the built-in profiles.")
 
 
 class AgentBoxSpec(_Model):
