@@ -8,6 +8,7 @@ import json
 import math
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,22 @@ async def test_stalled_tab_asks_a_human_who_answers_with_the_annotation(tmp_path
         assert [e["text"] for e in world.agent_log("box", "main") if e["event"] == "submit"] == ["continue"]
         await eventually(lambda: "agentbox.dev/resume-now" not in
                          (world.box("box")["metadata"].get("annotations") or {}), 10, what="annotation consumed")
+
+
+async def test_transcript_entry_catches_a_limit_without_a_banner(world: World):
+    """No statusline helper in this box: the agent's transcript (Claude Code 2.1.328 format) is read."""
+    world.start_operator()
+    reset = float(math.ceil(time.time() + 6))
+    fixture = Path(__file__).parent / "fixtures" / "real-transcripts" / "claude-2.1.328-usage-limit.jsonl"
+    entry = json.loads(fixture.read_text().splitlines()[0])
+    entry["apiErrorParams"]["rate_limit_info"]["resetsAt"] = int(reset)
+    transcript = world.pod_dir("box") / ".claude" / "projects" / "-work-app" / "session.jsonl"
+    transcript.parent.mkdir(parents=True, exist_ok=True)
+    transcript.write_text(json.dumps({"type": "user", "message": {"content": "go"}}, separators=(",", ":")) + "\n"
+                          + json.dumps(entry, separators=(",", ":")) + "\n")
+    await setup(world, reset, "--wrap-up")
+    await eventually(lambda: tab(world).get("state") == "RateLimited", 15, what="structured limit")
+    assert tab(world)["detectedBy"] == "structured:transcript"
+    await eventually(lambda: [e for e in world.agent_log("box", "main") if e["event"] == "submit"], 30)
+    sent = [e for e in world.agent_log("box", "main") if e["event"] == "submit"]
+    assert [e["text"] for e in sent] == ["continue"] and sent[0]["t"] >= reset

@@ -76,3 +76,18 @@ def test_redaction_of_token_like_text():
     out = redact(text)
     assert "sk-ant" not in out and "eyJ" not in out and out.endswith("ok")
     assert last_lines("a\n\nb\nc", 2) == "b | c"
+
+
+def test_claude_transcript_usage_limit_entry_of_the_real_cli():
+    """Claude Code 2.1.328 records the usage-limit 429 in its transcript with the rate_limit_info of
+    stream-json's rate_limit_event (captured from the real CLI against the provider emulator)."""
+    from controller.service.boxfiles import transcript_usage
+
+    path = Path(__file__).parent / "fixtures" / "real-transcripts" / "claude-2.1.328-usage-limit.jsonl"
+    line = path.read_text().splitlines()[0]
+    usage = transcript_usage(line, NOW)
+    info = json.loads(line)["apiErrorParams"]["rate_limit_info"]
+    window = usage.windows["five_hour"]
+    assert window.utilization == 100.0 and int(window.resets_at.timestamp()) == info["resetsAt"]
+    assert transcript_usage('{"isApiErrorMessage":true,"error":"unknown"}', NOW) is None
+    assert transcript_usage("not json", NOW) is None

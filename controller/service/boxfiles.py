@@ -71,6 +71,32 @@ _ROLLOUT = ('f=$(ls -t "$HOME"/.codex/sessions/*/*/*/rollout-*.jsonl 2>/dev/null
             '[ -n "$f" ] || exit 3; grep -F \'"token_count"\' "$f" | tail -n 1')
 
 
+# The newest Claude Code transcript's API error entries (a usage-limit 429 is recorded with
+# `apiErrorParams.rate_limit_info`, the shape of stream-json's rate_limit_event; Claude Code 2.1.328).
+_TRANSCRIPT = ('f=$(ls -t "$HOME"/.claude/projects/*/*.jsonl 2>/dev/null | head -n 1); '
+               '[ -n "$f" ] || exit 3; tail -n 400 "$f" | grep -F \'"isApiErrorMessage":true\' | tail -n 1')
+
+
+def transcript_usage(line: str, read_at: datetime) -> Usage | None:
+    """Usage from one Claude Code transcript API-error entry: a rejected `rate_limit_info` makes
+    its window 100 % until `resetsAt`; anything else is no data."""
+    from dataclasses import replace
+
+    from controller.providers.parse import UsageParseError, parse_rate_limit_event
+
+    try:
+        entry = json.loads(line)
+        info = (entry.get("apiErrorParams") or {}).get("rate_limit_info") or entry.get("quotaLimits")
+        if not isinstance(info, dict):
+            return None
+        limited, window = parse_rate_limit_event({"type": "rate_limit_event", "rate_limit_info": info})
+    except (ValueError, AttributeError, UsageParseError):
+        return None
+    if not limited:
+        return None
+    return Usage({window.name: replace(window, utilization=max(window.utilization, 100.0))}, read_at=read_at)
+
+
 async def read_structured(exec_fn: ExecFn, agent: str, now: datetime) -> tuple[Usage | None, str]:
     """The agent's own machine-readable usage from the box: (usage or None, source name).
 
@@ -82,14 +108,19 @@ async def read_structured(exec_fn: ExecFn, agent: str, now: datetime) -> tuple[U
 
     if agent == "claude-code":
         res = await exec_fn(["sh", "-c", _STATUSLINE, "sh", STATUSLINE_PATH])
-        if res.rc != 0:
-            return None, "statusline"
-        first, _, rest = res.stdout.partition("\n")
-        try:
-            read_at = datetime.fromtimestamp(int(first.strip()), timezone.utc)
-            return parse_statusline(json.loads(rest), read_at), "statusline"
-        except (ValueError, UsageParseError):
-            return None, "statusline"
+        if res.rc == 0:
+            first, _, rest = res.stdout.partition("\n")
+            try:
+                read_at = datetime.fromtimestamp(int(first.strip()), timezone.utc)
+                usage = parse_statusline(json.loads(rest), read_at)
+                if any(w.utilization >= 100 for w in usage.windows.values()):
+                    return usage, "statusline"
+            except (ValueError, UsageParseError):
+                pass
+        res = await exec_fn(["sh", "-c", _TRANSCRIPT, "sh"])
+        if res.rc == 0 and res.stdout.strip():
+            return transcript_usage(res.stdout.strip().splitlines()[-1], now), "transcript"
+        return None, "statusline"
     if agent == "codex":
         res = await exec_fn(["sh", "-c", _ROLLOUT, "sh"])
         if res.rc != 0 or not res.stdout.strip():
