@@ -91,13 +91,24 @@ def agent_refreshes(world: World) -> list:
 
 
 async def replied(world: World, text: str, timeout: float = 45) -> None:
+    box = text.split()[1]
     def probe():
         return next((t for t in world.provider.turns if t.text == text), None)
+    try:
+        await eventually(probe, 8, every=0.5, what=text)
+    except TimeoutError:
+        if f"› {text}" in world.screen(box, "main"):   # a TUI still starting up took the Enter as text
+            keys(world, box, "Enter")
     try:
         turn = await eventually(probe, timeout, every=0.5, what=f"the model call for {text!r}")
     except TimeoutError:
         raise AssertionError(f"{text!r} never reached the provider; turns: "
-                             f"{[(t.text[:30], t.status) for t in world.provider.turns][-8:]}") from None
+                             f"{[(t.text[:30], t.status) for t in world.provider.turns][-8:]}; requests: "
+                             f"{[(r.path, r.status) for r in world.provider.requests if r.status >= 400][-8:]}\n"
+                             f"{world.screen(box, 'main')}\nREFRESHES: "
+                             f"{[(r.account, r.outcome, r.status, round(r.at % 1000, 1)) for r in world.provider.refreshes]}\n"
+                             f"TOKEN CALLS: {[(r.path, r.status, r.headers.get('user-agent', '')[:30], round(r.at % 1000, 1)) for r in world.provider.requests if 'token' in r.path]}"
+                             ) from None
     assert turn.status == 200, f"{text!r} got {turn.status}"
 
 

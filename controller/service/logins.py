@@ -190,9 +190,10 @@ class LoginKeeper:
 
         assert login.expires_at is not None
         margin = self.rt.settings.login_refresh_before_s
-        if self.lifetime_s:
-            # Never refresh more often than every half lifetime (a provider issuing short tokens).
-            margin = min(margin, self.lifetime_s / 2)
+        if self.lifetime_s and self.lifetime_s <= margin:
+            # A provider issuing tokens shorter than the lead: refresh at half their life instead of
+            # at once after every refresh (a loop).
+            margin = self.lifetime_s / 2
         return login.expires_at - timedelta(seconds=margin)
 
     # ------------------------------------------------------------------ refresh
