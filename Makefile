@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-unit bench crds lint clean tmux e2e agents
+.PHONY: venv demo test test-unit bench crds clean tmux e2e agents
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

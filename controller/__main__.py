@@ -62,7 +62,12 @@ def _ensure_peering(name: str, namespaces: list[str]) -> None:
 def _crds(ns: argparse.Namespace) -> int:
     from controller.crdgen import write_crds
 
-    for path in write_crds(Path(ns.out)):
+    try:
+        paths = write_crds(Path(ns.out))
+    except OSError as exc:
+        print(f"crds: cannot write to {ns.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    for path in paths:
         print(path)
     return 0
 

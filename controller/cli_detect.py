@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from controller.agents.base import PROFILES, UnknownAgent, detect
-from controller.domain.signals import merge
+from controller.domain.signals import merge, redact
 from controller.domain.types import Usage
 from controller.domain.detection import InvalidPattern, compile_user_pattern
 
@@ -73,6 +73,13 @@ def run_detect(ns: argparse.Namespace) -> int:
         print(f"detect: --now: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     tz = getattr(ns, "tz", None) or os.environ.get("TZ") or "UTC"
+    try:
+        from zoneinfo import ZoneInfo
+
+        ZoneInfo(tz)
+    except (ValueError, KeyError, OSError):
+        print(f"detect: --tz: unknown time zone {tz!r} (an IANA name such as Europe/Paris)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     patterns = []
     for i, text in enumerate(getattr(ns, "pattern", None) or []):
         try:
@@ -98,7 +105,10 @@ def run_detect(ns: argparse.Namespace) -> int:
     structured = structured_usage(screen, now)
     if structured is not None:
         result = merge(result, structured[0], structured[1], now)
-    print(json.dumps(result.to_json(), ensure_ascii=False))
+    out = result.to_json()
+    if out.get("evidence"):
+        out["evidence"] = redact(out["evidence"])  # this output gets pasted into bug reports
+    print(json.dumps(out, ensure_ascii=False))
     return EXIT_OK
 
 

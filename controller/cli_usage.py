@@ -89,6 +89,12 @@ async def run_usage_async(ns: argparse.Namespace) -> int:
         "backoff_jitter_s": backoff,
     }
     if ns.base_url:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(ns.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+            _err("--base-url: expected http(s)://host[:port][/path] without credentials")
+            return EXIT_BAD_INPUT
         kwargs["anthropic_base_url" if ns.provider == "anthropic" else "openai_base_url"] = ns.base_url
     try:
         async with UsageReader(**kwargs) as reader:

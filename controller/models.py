@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic.alias_generators import to_camel
 
 
@@ -136,6 +136,20 @@ class AgentBoxSpec(_Model):
     time_zone: str | None = Field(None, max_length=64, description="IANA zone of the box's clock, for limit lines that print no zone (default: the container's TZ, else UTC).")
     container: str | None = Field(None, max_length=63, description="Container running tmux (default: the first container).")
     template: dict[str, Any] = Field(description="Pod template (metadata, spec) of the box pod.")
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        """An IANA zone name from the tz database (legacy aliases such as Asia/Calcutta included)."""
+        if value is None:
+            return value
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(value)
+        except (ValueError, KeyError, OSError):
+            raise ValueError(f"unknown time zone {value!r} (an IANA name such as Europe/Paris)") from None
+        return value
 
 
 TabStateName = Literal["Working", "Idle", "RateLimited", "AwaitingInput", "Resuming", "NeedsAttention", "Unknown"]

@@ -126,3 +126,19 @@ def test_detect_reads_stream_json_rate_limit_events(capsys):
             assert out["resets_at"] == events[cid]["expect"]["resets_at"]
         else:
             assert out["state"] != "rate_limited"
+
+
+def test_detect_refuses_an_unknown_zone_and_redacts_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from controller.cli_detect import run_detect
+
+    screen = tmp_path / "s.txt"
+    screen.write_text("  ⎿  You've hit your 5-hour limit · resets 5:13pm · key sk-ant-oat01-abcdefghijklmnopqrstuv\n")
+    bad = argparse.Namespace(agent="claude-code", now="2026-07-01T12:00:00Z", tz="Europe/Pariss", pattern=[],
+                             file=str(screen))
+    assert run_detect(bad) == 2
+    assert "unknown time zone 'Europe/Pariss'" in capsys.readouterr().err
+    good = argparse.Namespace(**{**vars(bad), "tz": "Europe/Paris"})
+    assert run_detect(good) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["resets_at"] == "2026-07-01T15:13:00Z"
+    assert "sk-ant" not in out["evidence"] and "[redacted]" in out["evidence"]
