@@ -8,4 +8,5 @@ pytest_plugins = [
     "harness.loop_hygiene",
     "harness.kube_fixtures",
     "harness.world_fixtures",
+    "harness.real_agent_fixtures",
 ]

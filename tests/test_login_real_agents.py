@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-import shutil
 import time
 from collections.abc import AsyncIterator
 
@@ -27,9 +26,7 @@ import pytest
 import pytest_asyncio
 
 from controller.providers.credentials import parse_login
-from controller.sim.real_agents import (
-    CLAUDE_VERSION, CODEX_VERSION, AgentsUnavailable, RealAgents, ensure_installed, installed,
-)
+from controller.sim.real_agents import RealAgents
 from controller.sim.world import TabSpec, World, eventually
 
 from harness.world_fixtures import FAST
@@ -43,17 +40,6 @@ REAL = FAST.model_copy(update={
     "exec_timeout_s": 15.0, "usage_interval_s": 30.0, "login_refresh_before_s": LEAD, "login_retry_s": 2.0,
 })
 TOKEN_PATHS = ("/v1/oauth/token", "/oauth/token")
-
-
-@pytest.fixture(scope="module")
-def agents_installed() -> None:
-    if not installed() and shutil.which("npm") is None:
-        pytest.skip("npm is not installed: the real Claude Code and Codex CLIs come from npm "
-                    f"(@anthropic-ai/claude-code@{CLAUDE_VERSION}, @openai/codex@{CODEX_VERSION}); run `make agents`")
-    try:
-        ensure_installed()
-    except AgentsUnavailable as exc:
-        pytest.fail(str(exc))
 
 
 @pytest_asyncio.fixture

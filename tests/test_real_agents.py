@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import math
 import pathlib
-import shutil
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
@@ -22,9 +21,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import pytest_asyncio
 
-from controller.sim.real_agents import (
-    CLAUDE_VERSION, CODEX_VERSION, AgentsUnavailable, RealAgents, ensure_installed, installed,
-)
+from controller.sim.real_agents import RealAgents
 from controller.sim.world import TabSpec, World, eventually
 
 from harness.world_fixtures import FAST
@@ -40,17 +37,6 @@ REAL = FAST.model_copy(update={
 })
 PROMPT = "write hello"
 RESET_AHEAD_S = 20.0  # the CLI may take several seconds to send its request on a loaded 2-core machine
-
-
-@pytest.fixture(scope="module")
-def agents_installed() -> None:
-    if not installed() and shutil.which("npm") is None:
-        pytest.skip("npm is not installed: the real Claude Code and Codex CLIs come from npm "
-                    f"(@anthropic-ai/claude-code@{CLAUDE_VERSION}, @openai/codex@{CODEX_VERSION}); run `make agents`")
-    try:
-        ensure_installed()
-    except AgentsUnavailable as exc:
-        pytest.fail(str(exc))
 
 
 @pytest_asyncio.fixture
