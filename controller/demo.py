@@ -42,15 +42,23 @@ class Timeline:
         self.t0 = time.time()
         self.seen: set[str] = set()
         self.out = out or sys.stdout
+        self.pending: list[tuple[float, str, str]] = []
 
     def say(self, who: str, what: str, key: str | None = None, at: float | None = None) -> None:
+        """Queue a line (once per key); `flush` prints the queue in time order."""
         key = key or f"{who}|{what}"
         if key in self.seen:
             return
         self.seen.add(key)
-        stamp = (at or time.time()) - self.t0
-        wall = datetime.fromtimestamp(at or time.time(), timezone.utc).strftime("%H:%M:%S")
-        print(f"  +{stamp:5.1f}s  {wall}Z  {who:<16} {what}", file=self.out, flush=True)
+        self.pending.append((at or time.time(), who, what))
+
+    def flush(self) -> None:
+        """Print the queued lines sorted by their instants (agent logs carry earlier timestamps
+        than the moment the demo reads them)."""
+        for at, who, what in sorted(self.pending, key=lambda item: item[0]):
+            wall = datetime.fromtimestamp(at, timezone.utc).strftime("%H:%M:%S")
+            print(f"  +{at - self.t0:5.1f}s  {wall}Z  {who:<16} {what}", file=self.out, flush=True)
+        self.pending.clear()
 
 
 class Cast:
@@ -261,6 +269,7 @@ async def _play(cast: Cast, workdir: Path, timeline: Timeline, lead_s: float = 2
             _observe(w, timeline, cast)
             return _report(w, cast, claude_reset, codex_reset)
         finally:
+            timeline.flush()
             await w.stop_operator()
             await cast.close()
 
@@ -277,6 +286,7 @@ def _observe(w: Any, timeline: Timeline, cast: Cast) -> None:
         status = (w.box(box) or {}).get("status") or {}
         for tab in status.get("tabs") or []:
             timeline.say(f"{box}/{tab['name']}", f"status: {tab.get('state')} — {tab.get('message')}")
+    timeline.flush()
 
 
 def _submits(w: Any, box: str) -> list[dict[str, Any]]:
