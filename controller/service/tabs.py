@@ -308,8 +308,8 @@ class BoxWatcher:
         self._noted.add(key)
         return True
 
-    async def _login_text(self, subscription: str) -> tuple[str, str] | None:
-        """(provider, login file text) of a subscription, validated; None when unusable."""
+    async def _login_text(self, subscription: str) -> tuple[str, str, Any] | None:
+        """(provider, login file text, parsed Login) of a subscription; None when unusable."""
         sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, subscription)
         if not sub:
             return None
@@ -324,10 +324,10 @@ class BoxWatcher:
         from controller.providers.credentials import InvalidLogin, parse_login
 
         try:
-            parse_login(sub_spec.provider, text)
+            login = parse_login(sub_spec.provider, text)
         except InvalidLogin:
             return None
-        return sub_spec.provider, text
+        return sub_spec.provider, text, login
 
     async def _install_login(self, term: BoxTerminal, spec: AgentBoxSpec, body: dict[str, Any], text: str) -> None:
         """Write a login into the box credentials Secret and the agent's live login file."""
@@ -603,18 +603,11 @@ class BoxWatcher:
         """The subscription's usage read after every given tab's reset instant (None when unreadable)."""
         provider = C.SUPPORTED_SUBSCRIPTION_AGENTS[spec.agent]
         current = self.current or spec.subscription or ""
-        sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, current)
-        if not sub:
-            return None
         try:
-            sub_spec = SubscriptionSpec.model_validate(sub.get("spec") or {})
-            ref = sub_spec.credentials_secret_ref
-            _, text = await self.rt.kube.get_secret_value(self.namespace, ref.name, ref.key)
-            if text is None:
+            found = await self._login_text(current)
+            if found is None or found[0] != provider:
                 return None
-            from controller.providers.credentials import parse_login
-
-            login = parse_login(provider, text)
+            login = found[2]
             now = self.rt.clock()
             max_age = self.rt.settings.usage_max_age_s
             for rec in recs:
