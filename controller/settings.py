@@ -53,6 +53,8 @@ class Settings(BaseModel):
     anthropic_token_url: str = Field("https://platform.claude.com/v1/oauth/token", description="Claude Code's OAuth token endpoint (login refresh).")
     openai_token_url: str = Field("https://auth.openai.com/oauth/token", description="Codex's OAuth token endpoint (login refresh).")
     # --- end login lifecycle
+    event_refresh_s: float = Field(60.0, gt=0, description="Shortest period between two writes of a repeated Event's count (repeats are counted, not re-posted).")
+    event_quiet_s: float = Field(600.0, gt=0, description="A repeated Event that was quiet this long is announced again (the webhook too).")
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus metrics port (0 = off).")
     namespace: str | None = Field(None, description="Watch one namespace only (None = cluster-wide).")
 

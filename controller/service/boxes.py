@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from controller import constants as C
 from controller.conditions import set_condition
+from controller.domain.podtemplate import container_problem
 from controller.kube.objects import TemplateError, make_box_secret, make_pod, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
 from controller.runtime import Runtime
@@ -150,6 +151,9 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
         pod = make_pod(body, spec.template, spec.agent, with_credentials=login_text is not None)
     except TemplateError as exc:
         return _fail(body, rt, C.R_INVALID_SPEC, str(exc), retry=None)
+    problem = container_problem(spec.template, spec.container)
+    if problem:  # the watcher could never find its tmux: refuse instead of a pod Pending forever
+        return _fail(body, rt, C.R_INVALID_SPEC, problem, retry=None)
 
     events: list[tuple[str, str, str]] = []
     if login_text is not None:
