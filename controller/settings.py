@@ -8,8 +8,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Callable
 
-from pydantic import Field
-from pydantic import BaseModel
+import json
+
+from pydantic import BaseModel, Field, field_validator
 
 
 def utcnow() -> datetime:
@@ -53,8 +54,26 @@ class Settings(BaseModel):
     anthropic_token_url: str = Field("https://platform.claude.com/v1/oauth/token", description="Claude Code's OAuth token endpoint (login refresh).")
     openai_token_url: str = Field("https://auth.openai.com/oauth/token", description="Codex's OAuth token endpoint (login refresh).")
     # --- end login lifecycle
+    # --- box policy (controller/domain/boxpolicy.py, docs/security.md); the chart sets these from `boxPolicy`
+    box_policy: bool = Field(True, description="Check every AgentBox pod template against the box policy (Pod Security restricted, no API token, allow-lists below) before creating its pod, and default the restricted profile's required fields.")
+    box_policy_service_accounts: list[str] = Field(default_factory=list, description="ServiceAccounts a box pod may run as besides `default` (JSON list).")
+    box_policy_allow_token: bool = Field(False, description="A box template may mount a ServiceAccount token (automountServiceAccountToken: true or a projected token).")
+    box_policy_volume_types: list[str] = Field(default_factory=lambda: ["configMap", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim"], description="Volume sources a box template may use (JSON list; a subset of the restricted profile's; Secrets are box_policy_secret_names).")
+    box_policy_secret_names: list[str] = Field(default_factory=list, description="Secrets a box template may use as a volume, projected source, env or envFrom (JSON list).")
+    box_policy_image_prefixes: list[str] = Field(default_factory=list, description="When non-empty, every box image must start with one of these (JSON list).")
+    # --- end box policy
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus metrics port (0 = off).")
     namespace: str | None = Field(None, description="Watch one namespace only (None = cluster-wide).")
+
+    @field_validator("box_policy_service_accounts", "box_policy_volume_types", "box_policy_secret_names",
+                     "box_policy_image_prefixes", mode="before")
+    @classmethod
+    def _json_list(cls, value: object) -> object:
+        """Environment values are JSON lists (`["a","b"]`); a plain `a,b` is accepted too."""
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else [v.strip() for v in text.split(",") if v.strip()]
+        return value
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":

@@ -192,7 +192,10 @@ def _camel(name: str) -> str:
 
 
 # Settings the chart sets from other values: metrics.port / metrics.enabled, watchNamespaces (run --namespace).
-SETTINGS_SET_ELSEWHERE = {"metrics_port", "namespace"}
+# The box policy: boxPolicy.* (shared with the admission policy).
+SETTINGS_SET_ELSEWHERE = {"metrics_port", "namespace", "box_policy", "box_policy_service_accounts",
+                          "box_policy_allow_token", "box_policy_volume_types", "box_policy_secret_names",
+                          "box_policy_image_prefixes"}
 
 
 def settings_schema() -> dict[str, Any]:
