@@ -169,6 +169,7 @@ def test_deployment_is_locked_down_and_probed(rendered):
     args = build_parser().parse_args(ctr["args"])
     assert args.command == "run"
     assert args.liveness == f"http://0.0.0.0:{health}/healthz"
+    assert args.log_format == "json", "the chart's logs are JSON lines for collectors"
 
 
 def test_deployment_args_follow_the_mode():
@@ -191,8 +192,8 @@ def _camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
-# Settings the chart sets from other values: metrics.port / metrics.enabled, watchNamespaces (run --namespace).
-SETTINGS_SET_ELSEWHERE = {"metrics_port", "namespace"}
+# Settings the chart sets from other values: metrics.port / metrics.enabled.
+SETTINGS_SET_ELSEWHERE = {"metrics_port"}
 
 
 def settings_schema() -> dict[str, Any]:

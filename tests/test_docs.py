@@ -114,8 +114,7 @@ def _camel(name: str) -> str:
 def settings_table() -> str:
     """Operator settings: environment variable, chart value, default, meaning."""
     rows = ["| environment variable | chart value | default | meaning |", "|---|---|---|---|"]
-    chart_key = {"metrics_port": "`metrics.port` (0 when `metrics.enabled=false`)",
-                 "namespace": "`clusterWide=false` + `watchNamespaces` (as `run --namespace`)"}
+    chart_key = {"metrics_port": "`metrics.port` (0 when `metrics.enabled=false`)"}
     for name, field in Settings.model_fields.items():
         default = field.default
         shown = "none" if default is None else f"`{default}`"

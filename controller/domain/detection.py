@@ -235,6 +235,15 @@ class UserPattern:
 _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*](?:[^()\\]|\\.)*\)\s*(?:[+*]|\{\d*,\d*\})")
 
 
+def _re2_reason(exc: Exception) -> str:
+    """RE2's parse error as text: the binding raises `error(b"missing ): (")` (bytes, "<reason>: <at>"),
+    shown as `missing ) at '('`."""
+    raw = exc.args[0] if exc.args else str(exc)
+    text = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
+    reason, sep, at = text.partition(": ")
+    return f"{reason} at {at!r}" if sep and at else text
+
+
 def compile_user_pattern(
     text: str,
     kind: str | LimitKind = LimitKind.USAGE,
@@ -279,7 +288,8 @@ def compile_user_pattern(
         regex = re2.compile(text, options)
     except re2.error as exc:
         raise InvalidPattern(
-            f"{field_path}: not a valid regular expression for RE2 (no lookaround or backreferences): {exc}"
+            f"{field_path}: not a valid regular expression for RE2 (no lookaround or backreferences): "
+            f"{_re2_reason(exc)}"
         ) from None
     unknown = sorted(set(regex.groupindex) - USER_PATTERN_GROUPS)
     if unknown:
