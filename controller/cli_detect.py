@@ -5,7 +5,9 @@
 
 stdout: ``Detection.to_json()`` on one line, e.g. ``{"state": "rate_limited", "kind": "usage",
 "resets_at": "2026-02-04T03:00:00Z", ...}`` (UTC). Errors: one line on stderr; exit 2 for bad
-arguments (unreadable file, naive/invalid --now, invalid --pattern), 0 otherwise.
+arguments (unreadable file, naive/invalid --now, invalid --pattern), 0 otherwise; with ``--exit-code``
+the state also sets the exit status (``EXIT_BY_STATE``: 0 working or idle, 10 rate_limited,
+11 awaiting_input, 12 unknown) for scripts.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ __all__ = ["add_detect_parser", "run_detect"]
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+# `detect --exit-code`: the exit status says the state (above 9, clear of argparse's 2 and Python's 1).
+EXIT_BY_STATE = {"working": 0, "idle": 0, "rate_limited": 10, "awaiting_input": 11, "unknown": 12}
 
 
 def add_detect_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -44,6 +48,9 @@ def add_detect_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--pattern", action="append", default=[], metavar="REGEX",
                    help="extra user pattern (named groups: epoch, year, month, day, hour, minute, ampm, "
                         "zone, rel_days, rel_hours, rel_minutes); repeatable")
+    p.add_argument("--exit-code", action="store_true",
+                   help="exit with the state: 0 working or idle, 10 rate_limited, 11 awaiting_input, 12 unknown "
+                        "(2 stays bad input)")
     p.add_argument("file", nargs="?", default="-", help="screen file, or - for stdin (default)")
     p.set_defaults(func=run_detect)
     return p
@@ -64,7 +71,7 @@ def run_detect(ns: argparse.Namespace) -> int:
     Prints one JSON object (``Detection.to_json()``, instants in UTC) to stdout.
 
     Returns:
-        0 on success; 2 for an unknown agent, an unreadable file, a bad ``--now`` or an invalid
+        0 on success (with ``ns.exit_code``: ``EXIT_BY_STATE[state]``); 2 for an unknown agent, an unreadable file, a bad ``--now`` or an invalid
         ``--pattern`` (one line on stderr).
     """
     try:
@@ -109,7 +116,7 @@ def run_detect(ns: argparse.Namespace) -> int:
     if out.get("evidence"):
         out["evidence"] = redact(out["evidence"])  # this output gets pasted into bug reports
     print(json.dumps(out, ensure_ascii=False))
-    return EXIT_OK
+    return EXIT_BY_STATE.get(out["state"], EXIT_OK) if getattr(ns, "exit_code", False) else EXIT_OK
 
 
 def structured_usage(text: str, now: datetime) -> tuple[Usage, str] | None:

@@ -169,6 +169,7 @@ def test_deployment_is_locked_down_and_probed(rendered):
     args = build_parser().parse_args(ctr["args"])
     assert args.command == "run"
     assert args.liveness == f"http://0.0.0.0:{health}/healthz"
+    assert args.log_format == "json", "the chart's logs are JSON lines for collectors"
 
 
 def test_deployment_args_follow_the_mode():
@@ -191,11 +192,10 @@ def _camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
-# Settings the chart sets from other values: metrics.port / metrics.enabled, watchNamespaces (run --namespace).
-# The box policy: boxPolicy.* (shared with the admission policy).
-SETTINGS_SET_ELSEWHERE = {"metrics_port", "namespace", "box_policy", "box_policy_service_accounts",
-                          "box_policy_allow_token", "box_policy_volume_types", "box_policy_secret_names",
-                          "box_policy_image_prefixes"}
+# Settings the chart sets from other values: metrics.port / metrics.enabled; the box policy from boxPolicy.*
+# (shared with the admission policy).
+SETTINGS_SET_ELSEWHERE = {"metrics_port", "box_policy", "box_policy_service_accounts", "box_policy_allow_token",
+                          "box_policy_volume_types", "box_policy_secret_names", "box_policy_image_prefixes"}
 
 
 def settings_schema() -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from controller import constants as C
 from controller.conditions import set_condition
 from controller.domain import boxpolicy
-from controller.kube.objects import TemplateError, make_box_secret, make_pod, pod_name
+from controller.kube.objects import NotOwned, TemplateError, make_box_secret, make_pod, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
 from controller.runtime import Runtime
 from controller.settings import Settings
@@ -169,14 +169,24 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
         return _fail(body, rt, C.R_INVALID_SPEC, str(exc), retry=None)
 
     events: list[tuple[str, str, str]] = []
-    if login_text is not None:
-        result = await rt.kube.ensure_secret(make_box_secret(body, credential_key(spec.agent), login_text))
-        if result == "created":
-            events.append(("Normal", "CreatedSecret", f"Created Secret {name}-credentials"))
-        elif result == "updated":
-            events.append(("Normal", "UpdatedSecret", f"Updated Secret {name}-credentials"))
-    if await rt.kube.ensure_pod(pod) == "created":
-        events.append(("Normal", "CreatedPod", f"Created Pod {pod_name(name)}"))
+    try:
+        if login_text is not None:
+            result = await rt.kube.ensure_secret(make_box_secret(body, credential_key(spec.agent), login_text))
+            if result == "created":
+                events.append(("Normal", "CreatedSecret", f"Created Secret {name}-credentials"))
+            elif result == "updated":
+                events.append(("Normal", "UpdatedSecret", f"Updated Secret {name}-credentials"))
+        if await rt.kube.ensure_pod(pod) == "created":
+            events.append(("Normal", "CreatedPod", f"Created Pod {pod_name(name)}"))
+    except NotOwned as exc:
+        # A squatter under the box's Secret or pod name: never written, never exec'd into. Retried
+        # (it may be deleted); the Warning is posted once per appearance (the tab watcher posts the
+        # pod's, since it also sees a squatter that appears later).
+        out = _fail(body, rt, exc.reason, str(exc))
+        ready = next((c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == C.COND_READY), {})
+        if exc.kind == "Pod" or ready.get("reason") == exc.reason:
+            out.events = []
+        return out
 
     current = await rt.kube.get_pod(ns, pod_name(name))
     phase = ((current or {}).get("status") or {}).get("phase") or "Pending"
