@@ -57,7 +57,8 @@ def test_weekday_uses_the_offset_of_the_reset_date():
 
 
 def test_span_names_what_was_read():
-    assert parse_when_span("resets 5pm (UTC) · /upgrade".split(" ", 1)[1], NOW, "UTC")[1] == "5pm (UTC)"
+    assert parse_when_span("5pm (UTC) · /upgrade", NOW, "UTC")[1] == "5pm (UTC)"
+    assert parse_when_span(" at 3:05 PM.", NOW, "UTC")[1] == "at 3:05 PM."
     assert parse_when_span("later", NOW, "UTC") == (None, "")
 
 

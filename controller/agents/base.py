@@ -41,6 +41,7 @@ __all__ = [
     "SCOPE",
     "LIMIT_NOUN",
     "AUTO_CONTINUE",
+    "ADVERB",
 ]
 
 
@@ -239,6 +240,7 @@ def detect(
     now: datetime,
     tz: str,
     user_patterns: Sequence[UserPattern] = (),
+    trace: list[str] | None = None,
 ) -> Detection:
     """Detect what a tab's screen means for ``agent`` (see :func:`detect_screen`).
 
@@ -248,6 +250,8 @@ def detect(
         now: tz-aware instant the screen was seen.
         tz: the box's IANA zone (applies when a line names none).
         user_patterns: compiled ``spec.detection.patterns`` (see ``compile_user_pattern``).
+        trace: a list that receives one sentence per decision step (family, time expression, why a
+            line is history); see :func:`detect_screen`.
 
     Returns:
         A :class:`~controller.domain.types.Detection` (resets_at in UTC).
@@ -256,7 +260,7 @@ def detect(
         UnknownAgent: no profile for ``agent``.
         ValueError: ``now`` is naive.
     """
-    return detect_screen(get_profile(agent), screen, now, tz, user_patterns)
+    return detect_screen(get_profile(agent), screen, now, tz, user_patterns, trace)
 
 
 def resume_actions(agent: str) -> tuple[str, list[str] | None]:

@@ -418,8 +418,14 @@ def _find_time(
         for c in clause.finditer(source[:_MAX_LINE_CHARS]):
             instant, span = parse_when_span(source[c.end():], now, tz, rule)  # type: ignore[arg-type]
             if instant is not None:
-                return instant, f"{c.group(0)} {span}".strip(), (offset + c.start() if offset >= 0 else -1)
+                return instant, f"{c.group(0)}{span_raw(source[c.end():], span)}".strip(), \
+                    (offset + c.start() if offset >= 0 else -1)
     return None, "", -1
+
+
+def span_raw(after: str, span: str) -> str:
+    """The clause's own spacing before the time expression ("try again" + " at 3:05 PM")."""
+    return after[: len(after) - len(after.lstrip())] + span
 
 
 def _window_near(text: str, start: int, clause: int) -> str | None:

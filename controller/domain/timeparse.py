@@ -307,35 +307,48 @@ def parse_when_span(
     tz: str,
     time_only_rule: TimeOnlyRule = "claude",
 ) -> tuple[datetime | None, str]:
-    """:func:`parse_when` that also returns the text it read (``""`` when nothing was parsed),
-    so ``detect`` can show which time expression decided."""
-    text = text[:200].strip().replace("\u00a0", " ").replace("\u202f", " ")
-    text = _RE_LEAD.sub("", text, count=1)
+    """:func:`parse_when` that also returns the text it read, as it appears at the start of ``text``
+    (lead words such as "at" included; ``""`` when nothing was parsed), so ``detect`` can show which
+    time expression decided."""
+    instant, span = _parse(text[:200].replace("\u00a0", " ").replace("\u202f", " "), now, tz, time_only_rule)
+    return instant, span.strip()
+
+
+def _parse(raw: str, now: datetime, tz: str, rule: TimeOnlyRule) -> tuple[datetime | None, str]:
+    text = raw.lstrip()
+    lead = _RE_LEAD.match(text)
+    skipped = len(raw) - len(text) + (lead.end() if lead else 0)
+    text = text[lead.end():] if lead else text
     if not text:
         return None, ""
+
+    def read(m: re.Match[str], parts: Mapping[str, str | None] | None = None) -> tuple[datetime | None, str]:
+        instant = from_parts(parts if parts is not None else m.groupdict(), now, tz, rule)
+        return instant, raw[: skipped + m.end()].rstrip(" ,") if instant is not None else ""
+
     m = _RE_ISO.match(text)
     if m:
-        return from_parts(m.groupdict(), now, tz, time_only_rule), m.group(0)
+        return read(m)
     m = _RE_EPOCH.match(text)
     if m:
-        return from_parts(m.groupdict(), now, tz, time_only_rule), m.group(0)
+        return read(m)
     m = _RE_REL.match(text)
     if m and any(m.groupdict().values()):
-        return from_parts(m.groupdict(), now, tz, time_only_rule), m.group(0).rstrip(" ,")
+        return read(m)
     m = _RE_WEEKDAY.match(text)
     if m:
-        return from_parts(m.groupdict(), now, tz, time_only_rule), m.group(0)
+        return read(m)
     for pattern in (_RE_MDY, _RE_DMY):
         m = pattern.match(text)
         if m and _month_number(m.group("month")) and (m.group("ampm") or m.group("minute")):
-            return from_parts(m.groupdict(), now, tz, time_only_rule), m.group(0)
+            return read(m)
     m = _RE_TIME_DATE.match(text)
     if m and (m.group("ampm") or m.group("minute")) and _month_number(m.group("month") or m.group("month2") or ""):
         parts = dict(m.groupdict())
         parts["month"] = parts.get("month") or parts.get("month2")
         parts["day"] = parts.get("day") or parts.get("day2")
-        return from_parts(parts, now, tz, time_only_rule), m.group(0)
+        return read(m, parts)
     m = _RE_CLOCK.match(text)
     if m and (m.group("ampm") or m.group("minute")):
-        return from_parts(m.groupdict(), now, tz, time_only_rule), m.group(0)
+        return read(m)
     return None, ""
