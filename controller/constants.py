@@ -12,6 +12,10 @@ AGENTBOX_PLURAL = "agentboxes"
 SUBSCRIPTION_KIND = "Subscription"
 SUBSCRIPTION_PLURAL = "subscriptions"
 
+# `kubectl get agentbox-all` lists both kinds. Not "agentbox": a category equal to a resource's singular
+# makes `kubectl get/delete agentbox x` reach Subscriptions too.
+CATEGORY = "agentbox-all"
+
 FINALIZER = f"{GROUP}/finalizer"
 
 # Labels put on every child object (pod, box credentials Secret).
@@ -50,6 +54,7 @@ R_INVALID_LOGIN = "InvalidLoginFile"
 R_PROVIDER_MISMATCH = "ProviderMismatch"
 R_UNSUPPORTED_AGENT = "UnsupportedAgent"
 R_POD_PENDING = "PodPending"
+R_POLICY_VIOLATION = "PolicyViolation"  # Ready False: spec.template breaks the box policy; no pod is created
 R_WAITING_FOR_RESET = "WaitingForReset"
 R_NONE_LIMITED = "NoTabLimited"
 R_RECENT_INPUT = "RecentHumanInput"

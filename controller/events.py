@@ -30,13 +30,15 @@ log = logging.getLogger("agentbox.events")
 
 COMPONENT = "agentbox-controller"
 
-# Reasons that also go to the webhook, by notification kind (AgentBox Events only: the webhook body
-# names a box).
-NOTIFY_KINDS: dict[str, str] = {
+# Reasons that also go to the webhook, by the kind of object and the notification kind.
+NOTIFY_KINDS: dict[str, str] = {  # AgentBox Events
     "Resumed": "resume", "Switched": "switch", "ReserveReached": "reserve",
     "PromptNotEmpty": "needs_attention", "ResumeNotTakingEffect": "needs_attention", "Stalled": "needs_attention",
     "OutOfCredits": "needs_attention", "NeedsAttention": "needs_attention",
     "RotationGroupExhausted": "needs_attention", "SubscriptionNotFound": "needs_attention",
+}
+SUBSCRIPTION_NOTIFY_KINDS: dict[str, str] = {  # Subscription Events: a human must log in again
+    "Disconnected": "disconnected", "LoginRefreshRefused": "disconnected",
 }
 
 EventFn = Callable[[str, str, str], None]
@@ -191,9 +193,10 @@ class Recorder:
 
     def _fan_out(self, ref: ObjectRef, type_: str, reason: str, message: str, result: str) -> None:
         metrics.EVENTS.labels(type_, reason, result).inc()
-        kind = NOTIFY_KINDS.get(reason)
+        kinds = {"AgentBox": NOTIFY_KINDS, "Subscription": SUBSCRIPTION_NOTIFY_KINDS}.get(ref.kind, {})
+        kind = kinds.get(reason)
         notifier = self.notifier
-        if kind and ref.kind == "AgentBox" and notifier is not None and getattr(notifier, "enabled", False):
+        if kind and notifier is not None and getattr(notifier, "enabled", False):
             try:
                 notifier.schedule(kind, ref.namespace, ref.name, message)
             except RuntimeError:  # no running loop (a sync caller in a test)

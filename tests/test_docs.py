@@ -115,10 +115,14 @@ def settings_table() -> str:
     """Operator settings: environment variable, chart value, default, meaning."""
     rows = ["| environment variable | chart value | default | meaning |", "|---|---|---|---|"]
     chart_key = {"metrics_port": "`metrics.port` (0 when `metrics.enabled=false`)",
-                 "namespace": "`clusterWide=false` + `watchNamespaces` (as `run --namespace`)"}
+                 "box_policy": "`boxPolicy.enabled`", "box_policy_service_accounts": "`boxPolicy.allowedServiceAccounts`",
+                 "box_policy_allow_token": "`boxPolicy.allowServiceAccountToken`",
+                 "box_policy_volume_types": "`boxPolicy.allowedVolumeTypes`",
+                 "box_policy_secret_names": "`boxPolicy.allowedSecretNames`",
+                 "box_policy_image_prefixes": "`boxPolicy.allowedImagePrefixes`"}
     for name, field in Settings.model_fields.items():
-        default = field.default
-        shown = "none" if default is None else f"`{default}`"
+        default = field.get_default(call_default_factory=True)
+        shown = "none" if default is None else f"`{json.dumps(default) if isinstance(default, list) else default}`"
         rows.append(f"| `AGENTBOX_{name.upper()}` | {chart_key.get(name, f'`settings.{_camel(name)}`')} | {shown} "
                     f"| {_cell(field.description or '')} |")
     return "\n".join(rows)
@@ -214,7 +218,7 @@ def test_troubleshooting_names_the_tools_and_conditions():
 
 
 def test_docs_link_to_each_other_and_exist():
-    for name in ("configuration.md", "troubleshooting.md", "operations.md"):
+    for name in ("configuration.md", "troubleshooting.md", "operations.md", "security.md"):
         text = (DOCS / name).read_text()
         for link in re.findall(r"\]\(([^)#:]+\.md)", text):
             assert (DOCS / link).resolve().exists(), f"{name}: broken link {link}"

@@ -193,3 +193,35 @@ def _parse_rc(raw: bytes | str, where: str) -> int:
                 break
     reason = str(status.get("reason") or "Failure")
     raise ExecError(f"exec into {where} failed: {reason}", reason=reason)
+
+
+def owned_exec(exec_fn: Any, pod: dict[str, Any], owner_uid: str | None, box: str, container: str) -> Any:
+    """An exec function bound to one box pod, after proving the pod is the box's own.
+
+    Every exec into a box (tab watcher, login keeper, box files) is built here, so a pod created
+    beforehand under the box's name by someone else (a squatter) never gets a command or a login.
+
+    Args:
+        exec_fn: the transport, ``async (namespace, pod, container, argv, stdin=None) -> ExecResult``
+            (`apod_exec` bound to a client, or a test double).
+        pod: the pod object as read from the API server (dict).
+        owner_uid: the AgentBox's ``metadata.uid``.
+        box: the AgentBox's name (for the error message).
+        container: the container to run in.
+    Returns:
+        ``async (argv, stdin=None) -> ExecResult``.
+    Raises:
+        controller.kube.objects.NotOwned: the pod has no controller ownerReference with ``owner_uid``.
+    """
+    from controller.kube.objects import require_owned
+
+    require_owned(pod, owner_uid, "Pod", box)
+    meta = pod.get("metadata") or {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+
+    async def run(argv: list[str], stdin: str | None = None) -> Any:
+        if stdin is None:
+            return await exec_fn(namespace, name, container, argv)
+        return await exec_fn(namespace, name, container, argv, stdin=stdin)
+
+    return run

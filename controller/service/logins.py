@@ -39,6 +39,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from controller import constants as C
+from controller import metrics
 from controller.conditions import set_condition
 from controller.providers.credentials import InvalidLogin, Login, parse_login, token_fingerprint
 
@@ -149,6 +150,8 @@ class LoginKeeper:
                 login, text = adopted
             else:
                 outcome = await self._refresh(provider, login, text, ref, now)
+                metrics.LOGIN_REFRESHES.labels(self.namespace, self.name, "refused" if isinstance(outcome, str)
+                                               else "error" if outcome is None else "ok").inc()
                 if isinstance(outcome, str):          # refused: Disconnected
                     conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
                                           "RefreshRefused", outcome, now, gen)
@@ -177,6 +180,8 @@ class LoginKeeper:
         delay = (self._due_at(login) - self.rt.clock()).total_seconds()
         if self.unsynced:
             delay = min(delay, st.login_retry_s)
+        if login.expires_at is not None:
+            metrics.LOGIN_EXPIRY.labels(self.namespace, self.name).set(login.expires_at.timestamp())
         return KeepResult(login, {**status, "conditions": conds}, max(0.5, min(delay, far)))
 
     def due_in(self, login: Login | None) -> float:
@@ -285,6 +290,12 @@ class LoginKeeper:
         return out
 
     async def _exec(self, box: _Box, argv: list[str], stdin: str | None = None) -> Any:
+        """Run argv in the box's own pod; None when it has no running pod.
+
+        Raises:
+            NotOwned: the pod under the box's name is not controlled by the box (never exec'd into).
+        """
+        from controller.kube.exec import owned_exec
         from controller.kube.objects import box_container
 
         pod = await self.rt.kube.get_pod(self.namespace, box.pod)
@@ -293,17 +304,25 @@ class LoginKeeper:
         container = box_container(pod.get("spec") or {}, box.container)
         if container is None:
             return None
-        if stdin is None:
-            return await self.rt.exec(self.namespace, box.pod, container, argv)
-        return await self.rt.exec(self.namespace, box.pod, container, argv, stdin=stdin)
+        run = owned_exec(self.rt.exec, pod, (box.body.get("metadata") or {}).get("uid"), box.name, container)
+        return await (run(argv) if stdin is None else run(argv, stdin=stdin))
 
     async def push(self, provider: str, box: _Box, text: str) -> bool:
-        """The login into one box: its credentials Secret, then its live file where one exists."""
-        from controller.kube.objects import make_box_secret
+        """The login into one box: its credentials Secret, then its live file where one exists.
+
+        Only into objects the box owns: a squatting Secret or pod (NotOwned) gets nothing; the box's
+        reconcile and tab watcher report it (SecretNotOwned / PodNotOwned). Returns False when the
+        push should be retried.
+        """
+        from controller.kube.objects import NotOwned, make_box_secret
 
         try:
             await self.rt.kube.ensure_secret(make_box_secret(box.body, KEY_OF[provider], text))
             res = await self._exec(box, ["sh", "-c", _REPLACE, "sh", PATH_OF[provider]], stdin=text)
+        except NotOwned as exc:
+            log.warning("Subscription %s: not pushing the login to box %s: %s is not the box's", self.marker,
+                        box.name, exc.kind)
+            return True  # nothing to retry until the squatter goes; the read-back compares again
         except Exception as exc:  # noqa: BLE001
             log.warning("Subscription %s: pushing the login to box %s failed (%s)", self.marker, box.name,
                         type(exc).__name__)

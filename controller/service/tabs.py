@@ -27,7 +27,8 @@ from controller.domain.resume import (
 from controller.domain.signals import last_lines, merge
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
 from controller.domain.types import Detection, LimitKind, TabState
-from controller.kube.objects import box_container, make_box_secret, pod_name
+from controller.kube.exec import owned_exec
+from controller.kube.objects import NotOwned, box_container, make_box_secret, owned_by, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
 from controller.redact import STATUS_MESSAGE_MAX, bounded
 from controller.service import boxfiles
@@ -133,6 +134,7 @@ class BoxWatcher:
         self.switched_keys: set[str] = set()     # limit events already answered by a switch
         self._noted: set[str] = set()
         self._uid: str | None = None
+        self._squatter: str | None = None        # message of the PodNotOwned Event already posted
         self.sub_problem: str | None = None
         self.seen: dict[str, tuple[int, datetime]] = {}   # tab -> (screen hash, unchanged since)
 
@@ -146,6 +148,11 @@ class BoxWatcher:
         except ValidationError:
             return s.scan_interval_s  # the reconcile handler reports the invalid spec
         pod = await self.rt.kube.get_pod(self.namespace, pod_name(self.name))
+        if pod is not None and not owned_by(pod, self._uid):
+            # A pod under the box's name that the box does not control: never exec into it.
+            await self._not_owned(body, NotOwned("Pod", pod_name(self.name), self.name))
+            return s.scan_interval_s
+        self._squatter = None
         phase = ((pod or {}).get("status") or {}).get("phase")
         if spec.agent not in C.SUPPORTED_SUBSCRIPTION_AGENTS or not spec.subscription:
             await self._write_ready(body, phase, watched=False)  # limit features are off for this agent
@@ -166,7 +173,7 @@ class BoxWatcher:
         container = box_container(pod.get("spec") or {}, spec.container)
         if container is None:
             return s.scan_interval_s
-        term = BoxTerminal(self._exec_fn(pod_name(self.name), container), s.send_pause_s)
+        term = BoxTerminal(self._exec_fn(pod, container), s.send_pause_s)
         tz = spec.time_zone or _container_tz(pod, container) or "UTC"
         patterns = self._user_patterns(spec)
 
@@ -421,13 +428,29 @@ class BoxWatcher:
                                 f"Tab {tab.name}: {how} after the reserve lifted")
 
     # ------------------------------------------------------------------ helpers
-    def _exec_fn(self, pod: str, container: str):
-        rt = self.rt
+    async def _not_owned(self, body: dict[str, Any], exc: NotOwned) -> None:
+        """A squatting pod: Ready=False with reason PodNotOwned (kept until the pod is the box's
+        again) and one Warning Event per appearance; no exec, no login push."""
+        status = body.get("status") or {}
+        conds = list(status.get("conditions") or [])
+        gen = (body.get("metadata") or {}).get("generation")
+        new = set_condition(conds, C.COND_READY, False, exc.reason, str(exc), self.rt.clock(), gen)
+        if self._squatter != str(exc):
+            self._squatter = str(exc)
+            current = next((c for c in conds if c.get("type") == C.COND_READY), {})
+            if current.get("reason") != exc.reason:
+                self.post_event("Warning", exc.reason, str(exc))
+        if new != conds or status.get("state") != "Error":
+            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
+                                            {"conditions": new, "state": "Error"})
+
+    def _exec_fn(self, pod: dict[str, Any], container: str):
+        """Exec into the box's own pod (ownership proven by `owned_exec`), counted in metrics."""
+        bound = owned_exec(self.rt.exec, pod, self._uid, self.name, container)
 
         async def run(argv: list[str], stdin: str | None = None):
             try:
-                result = await (rt.exec(self.namespace, pod, container, argv, stdin=stdin) if stdin is not None
-                                else rt.exec(self.namespace, pod, container, argv))
+                result = await (bound(argv, stdin=stdin) if stdin is not None else bound(argv))
             except Exception:
                 metrics.EXEC_CALLS.labels("error").inc()
                 raise

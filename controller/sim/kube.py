@@ -91,7 +91,10 @@ class ExecHandler(Protocol):
     Called as ``await handler(namespace, pod, container, argv, stdin)`` where ``stdin`` is the whole stdin
     (``None`` if the client did not ask for stdin); returns ``(stdout: bytes, stderr: bytes, rc: int)``.
     An optional ``release(namespace, pod) -> None`` method (sync) is called when a Pod is removed from
-    storage, to kill what "ran in the pod" (e.g. its tmux server).
+    storage, to kill what "ran in the pod" (e.g. its tmux server).  An optional
+    ``refuse(namespace, pod, container) -> str | None`` method (sync) is asked before the upgrade: a
+    message makes the exec answer 400 ``unable to upgrade connection: <message>`` (a container that is not
+    running, as a kubelet answers).
     """
 
     def __call__(
@@ -441,6 +444,43 @@ def _openapi_to_jsonschema(node: Any) -> Any:
     return out
 
 
+# `format: date-time` as the API server checks it (kube-openapi strfmt): an RFC 3339 instant. jsonschema's
+# own date-time check is silently off without the optional rfc3339-validator, so it is spelled out here.
+_FORMATS = jsonschema.FormatChecker(formats=())
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+@_FORMATS.checks("date-time", raises=ValueError)
+def _is_date_time(value: Any) -> bool:
+    if not isinstance(value, str):
+        return True  # the type keyword reports it
+    if not _RFC3339.fullmatch(value):
+        return False
+    datetime.datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00"))  # ValueError: month 13, ...
+    return True
+
+
+def _list_map_duplicates(schema: Any, obj: Any, path: list[Any]) -> Iterable[tuple[list[Any], str]]:
+    """(path, key) of every item of an `x-kubernetes-list-type: map` list whose `x-kubernetes-list-map-keys`
+    values repeat an earlier item's: the API server refuses those ("Duplicate value")."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(obj, dict):
+        for name, sub in (schema.get("properties") or {}).items():
+            if name in obj:
+                yield from _list_map_duplicates(sub, obj[name], [*path, name])
+    elif isinstance(obj, list):
+        keys = schema.get("x-kubernetes-list-map-keys") if schema.get("x-kubernetes-list-type") == "map" else None
+        seen: set[str] = set()
+        for i, item in enumerate(obj):
+            if keys and isinstance(item, dict):
+                key = json.dumps({k: item.get(k) for k in keys}, sort_keys=True)
+                if key in seen:
+                    yield [*path, i], key
+                seen.add(key)
+            yield from _list_map_duplicates(schema.get("items"), item, [*path, i])
+
+
 def _json_path(path: Iterable[Any]) -> str:
     text = ""
     for part in path:
@@ -524,6 +564,7 @@ class KubeEmulator:
         self.discovery.resources.load_data(_bundled_resources())
         self._store: dict[_Key, JsonObj] = {}
         self._schemas: dict[kmock.resource, jsonschema.protocols.Validator] = {}
+        self._openapi: dict[kmock.resource, JsonObj] = {}
         self._custom: set[kmock.resource] = set()
         self._rv = 0
         self._events: list[tuple[int, kmock.resource, str, JsonObj]] = []
@@ -533,6 +574,7 @@ class KubeEmulator:
         self._changed = asyncio.Event()
         self._stopping = False
         self._exec_tasks: set[asyncio.Future[tuple[bytes, bytes, int]]] = set()
+        self._listeners: list[Callable[[kmock.resource, str, JsonObj], None]] = []
         self._runner: aiohttp.web.ServerRunner | None = None
         self._port: int | None = None
         self._crd_res = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
@@ -624,7 +666,9 @@ class KubeEmulator:
             self._custom.add(res)
             schema = ((version.get("schema") or {}).get("openAPIV3Schema"))
             if schema:
-                self._schemas[res] = jsonschema.Draft4Validator(_openapi_to_jsonschema(schema))
+                self._schemas[res] = jsonschema.Draft4Validator(_openapi_to_jsonschema(schema),
+                                                                format_checker=_FORMATS)
+                self._openapi[res] = schema
         stored = copy.deepcopy(crd)
         stored.setdefault("status", {
             "acceptedNames": names,
@@ -686,6 +730,24 @@ class KubeEmulator:
         if current is None:
             raise _not_found(res, name)
         return self._update(res, key, _merge_patch(current, patch), subresource=None, internal=True)
+
+    async def replace_status(self, resource: str | kmock.resource, namespace: str | None, name: str,
+                             status: JsonObj) -> JsonObj | None:
+        """Replace ``status`` wholesale as "the system" (a kubelet writing a Pod's status: a merge patch would
+        keep a stale ``state.running`` next to a new ``state.waiting``); ``None`` if the object is gone."""
+        res = self.resource(resource)
+        key = (res, namespace or "", name)
+        current = self._store.get(key)
+        if current is None:
+            return None
+        new = copy.deepcopy(current)
+        new["status"] = copy.deepcopy(status)
+        return self._update(res, key, new, subresource="status", internal=True)
+
+    def add_listener(self, listener: Callable[[kmock.resource, str, JsonObj], None]) -> None:
+        """Call ``listener(resource, "ADDED"|"MODIFIED"|"DELETED", object)`` synchronously on every stored
+        change (the object is the emulator's own copy: do not modify it). Used by the kubelet model."""
+        self._listeners.append(listener)
 
     async def delete_object(self, resource: str | kmock.resource, namespace: str | None, name: str) -> None:
         """Delete as a client would (finalizers respected, cascade to owned objects)."""
@@ -920,6 +982,11 @@ class KubeEmulator:
     def _emit(self, res: kmock.resource, etype: str, obj: JsonObj) -> None:
         self._events.append((self._rv, res, etype, copy.deepcopy(obj)))
         self._event_rvs.append(self._rv)
+        for listener in self._listeners:
+            try:
+                listener(res, etype, obj)
+            except Exception:  # a listener's bug must not break the write that triggered it
+                logger.exception("emulator listener failed")
         if len(self._events) > 2 * self._event_log_size:
             cut = len(self._events) - self._event_log_size
             self._events_floor = self._event_rvs[cut - 1]
@@ -940,12 +1007,15 @@ class KubeEmulator:
         if validator is None:
             return
         errors = sorted(validator.iter_errors(obj), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-        if not errors:
+        duplicates = list(_list_map_duplicates(self._openapi.get(res) or {}, obj, []))
+        if not errors and not duplicates:
             return
         info = self._info(res)
         name = obj.get("metadata", {}).get("name", "")
         causes = [{"reason": "FieldValueInvalid", "message": f"Invalid value: {e.message}",
                    "field": _json_path(e.absolute_path)} for e in errors]
+        causes += [{"reason": "FieldValueDuplicate", "message": f"Duplicate value: {key}", "field": _json_path(path)}
+                   for path, key in duplicates]
         text = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
         raise ApiError(422, "Invalid", f'{info.kind}.{res.group} "{name}" is invalid: {text}',
                        {"name": name, "group": res.group, "kind": info.kind, "causes": causes})
@@ -1180,6 +1250,10 @@ class KubeEmulator:
                                               f"(phase {phase})")
         if self.exec_handler is None:
             raise ApiError(400, "BadRequest", "exec is not configured in this emulator")
+        refuse = getattr(self.exec_handler, "refuse", None)
+        problem = refuse(namespace, name, container) if refuse is not None else None
+        if problem:
+            raise ApiError(400, "BadRequest", f"unable to upgrade connection: {problem}")
         if raw.headers.get("Upgrade", "").lower() != "websocket":
             raise ApiError(400, "BadRequest", "Upgrade request required")
         ws = aiohttp.web.WebSocketResponse(protocols=_CHANNEL_PROTOCOLS)
