@@ -50,6 +50,7 @@ R_INVALID_LOGIN = "InvalidLoginFile"
 R_PROVIDER_MISMATCH = "ProviderMismatch"
 R_UNSUPPORTED_AGENT = "UnsupportedAgent"
 R_POD_PENDING = "PodPending"
+R_POLICY_VIOLATION = "PolicyViolation"  # Ready False: spec.template breaks the box policy; no pod is created
 R_WAITING_FOR_RESET = "WaitingForReset"
 R_NONE_LIMITED = "NoTabLimited"
 R_RECENT_INPUT = "RecentHumanInput"

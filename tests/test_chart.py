@@ -192,8 +192,10 @@ def _camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
-# Settings the chart sets from other values: metrics.port / metrics.enabled.
-SETTINGS_SET_ELSEWHERE = {"metrics_port"}
+# Settings the chart sets from other values: metrics.port / metrics.enabled; the box policy from boxPolicy.*
+# (shared with the admission policy).
+SETTINGS_SET_ELSEWHERE = {"metrics_port", "box_policy", "box_policy_service_accounts", "box_policy_allow_token",
+                          "box_policy_volume_types", "box_policy_secret_names", "box_policy_image_prefixes"}
 
 
 def settings_schema() -> dict[str, Any]:

@@ -110,3 +110,68 @@ def test_log_format(fmt: str) -> None:
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+# ---------------------------------------------------------------------------------------------- detect
+CORPUS = Path(__file__).parent / "fixtures" / "corpus" / "limit-screens.jsonl"
+
+
+IDLE_CLAUDE = ("╭──────────────────────────────────────╮\n│ >                                    │\n"
+               "╰──────────────────────────────────────╯\n  ? for shortcuts\n")
+
+
+def _first_screen_per_state() -> dict[str, dict]:
+    """One corpus screen per state it has (rate_limited, awaiting_input, working), plus an idle Claude
+    Code prompt and a blank shell pane (unknown)."""
+    found: dict[str, dict] = {
+        "idle": {"id": "idle", "agent": "claude-code", "screen": IDLE_CLAUDE, "now": "2026-01-01T00:00:00Z"},
+        "unknown": {"id": "blank", "agent": "shell", "screen": "", "now": "2026-01-01T00:00:00Z"}}
+    for line in CORPUS.read_text(encoding="utf-8").splitlines():
+        case = json.loads(line)
+        if "state" in case["expect"]:
+            found.setdefault(case["expect"]["state"], case)
+    return found
+
+
+def test_detect_exit_code_says_the_state(tmp_path: Path) -> None:
+    """`detect --exit-code`: 0 working or idle, 10 rate_limited, 11 awaiting_input, 12 unknown; without
+    the flag every state exits 0. Screens from the detection corpus, through the real command."""
+    from controller.cli_detect import EXIT_BY_STATE
+
+    cases = _first_screen_per_state()
+    assert set(cases) == {"rate_limited", "awaiting_input", "working", "idle", "unknown"}
+    want = {"working": 0, "idle": 0, "rate_limited": 10, "awaiting_input": 11, "unknown": 12}
+    assert EXIT_BY_STATE == want
+    for state, case in cases.items():
+        screen = tmp_path / f"{case['id']}.txt"
+        screen.write_text(case["screen"], encoding="utf-8")
+        argv = ["detect", "--agent", case["agent"], "--now", case["now"], "--tz", case.get("tz") or "UTC", str(screen)]
+        plain, coded = _cli(argv), _cli([*argv, "--exit-code"])
+        assert json.loads(coded.stdout)["state"] == state, case["id"]
+        assert plain.returncode == 0 and coded.returncode == want[state], (case["id"], coded.stderr)
+
+
+def test_detect_bad_pattern_is_one_readable_line() -> None:
+    out = _cli(["detect", "--agent", "codex", "--pattern", "resets (", "--exit-code", "-"])
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == ("detect: --pattern[0]: not a valid regular expression for RE2 (no lookaround or "
+                          "backreferences): missing ) at 'resets ('\n")
+
+
+def test_troubleshooting_shows_detect_states_as_detect_prints_them() -> None:
+    """docs/troubleshooting.md section 2 quotes `detect`'s output: its `state: x` values and exit codes
+    are the ones the command prints (lower snake case), not the AgentBox status spelling."""
+    import re
+
+    from controller.cli_detect import EXIT_BY_STATE
+    from controller.domain.types import TabState
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md").read_text()
+    section = text.split("## 2.", 1)[1].split("\n## ", 1)[0]
+    quoted = re.findall(r"`state: (\w+)`", section)
+    assert quoted and set(quoted) <= {s.value for s in TabState}, quoted
+    listed = re.search(r"`state` \(([^;)]*)", section).group(1)
+    assert set(re.findall(r"`(\w+)`", listed)) == {s.value for s in TabState}
+    for state, code in EXIT_BY_STATE.items():
+        if code:
+            assert f"`{code}` {state}" in section, state

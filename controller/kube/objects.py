@@ -115,9 +115,34 @@ class TemplateError(ValueError):
     """spec.template cannot make a pod; the message names the field."""
 
 
+CREDENTIALS_MODE = 0o440
+"""Mode of the files of the mounted box credentials Secret: owner and group read (the group is the pod's
+fsGroup, which a kubelet also adds to every container's groups), so a non-root image can copy its login."""
+
+DEFAULT_FS_GROUP = 1000
+"""fsGroup set on a box pod whose template sets none and no runAsGroup (the example image's GID; any GID
+works, the container is made a member of it)."""
+
+
+def credentials_fs_group(spec: dict[str, Any]) -> int:
+    """The fsGroup a box pod gets when its template sets none: the pod's runAsGroup, else the first
+    container's runAsGroup, else :data:`DEFAULT_FS_GROUP`. (A kubelet writes Secret files root-owned; with
+    an fsGroup they are group-owned by it and group-readable, and the container joins that group.)"""
+    psc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
+    if isinstance(psc.get("runAsGroup"), int):
+        return int(psc["runAsGroup"])
+    for ctr in spec.get("containers") or []:
+        csc = ctr.get("securityContext") if isinstance(ctr.get("securityContext"), dict) else {}
+        if isinstance(csc.get("runAsGroup"), int):
+            return int(csc["runAsGroup"])
+    return DEFAULT_FS_GROUP
+
+
 def make_pod(body: dict[str, Any], template: dict[str, Any], agent: str, with_credentials: bool) -> dict[str, Any]:
     """The box pod from spec.template, owned by the box, with the credentials Secret mounted
-    read-only at `/var/run/agentbox/credentials` in every container.
+    read-only at `/var/run/agentbox/credentials` in every container (mode 0440, group = the pod's
+    fsGroup, set by :func:`credentials_fs_group` when the template sets none: a kubelet writes the files
+    root-owned, and an image running as non-root could not read them otherwise).
 
     Raises:
         TemplateError: the template has no containers or a container has no name.
@@ -135,8 +160,12 @@ def make_pod(body: dict[str, Any], template: dict[str, Any], agent: str, with_cr
     labels = {**(meta.get("labels") or {}), **child_labels(name)}
     if with_credentials:
         volumes = [v for v in spec.get("volumes") or [] if v.get("name") != C.CREDENTIALS_VOLUME]
-        volumes.append({"name": C.CREDENTIALS_VOLUME, "secret": {"secretName": secret_name(name), "defaultMode": 0o400}})
+        volumes.append({"name": C.CREDENTIALS_VOLUME,
+                        "secret": {"secretName": secret_name(name), "defaultMode": CREDENTIALS_MODE}})
         spec["volumes"] = volumes
+        psc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
+        if psc.get("fsGroup") is None:
+            spec["securityContext"] = {**psc, "fsGroup": credentials_fs_group(spec)}
         for ctr in containers:
             mounts = [m for m in ctr.get("volumeMounts") or [] if m.get("name") != C.CREDENTIALS_VOLUME]
             mounts.append({"name": C.CREDENTIALS_VOLUME, "mountPath": C.CREDENTIALS_MOUNT_PATH, "readOnly": True})

@@ -91,7 +91,10 @@ class ExecHandler(Protocol):
     Called as ``await handler(namespace, pod, container, argv, stdin)`` where ``stdin`` is the whole stdin
     (``None`` if the client did not ask for stdin); returns ``(stdout: bytes, stderr: bytes, rc: int)``.
     An optional ``release(namespace, pod) -> None`` method (sync) is called when a Pod is removed from
-    storage, to kill what "ran in the pod" (e.g. its tmux server).
+    storage, to kill what "ran in the pod" (e.g. its tmux server).  An optional
+    ``refuse(namespace, pod, container) -> str | None`` method (sync) is asked before the upgrade: a
+    message makes the exec answer 400 ``unable to upgrade connection: <message>`` (a container that is not
+    running, as a kubelet answers).
     """
 
     def __call__(
@@ -533,6 +536,7 @@ class KubeEmulator:
         self._changed = asyncio.Event()
         self._stopping = False
         self._exec_tasks: set[asyncio.Future[tuple[bytes, bytes, int]]] = set()
+        self._listeners: list[Callable[[kmock.resource, str, JsonObj], None]] = []
         self._runner: aiohttp.web.ServerRunner | None = None
         self._port: int | None = None
         self._crd_res = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
@@ -686,6 +690,24 @@ class KubeEmulator:
         if current is None:
             raise _not_found(res, name)
         return self._update(res, key, _merge_patch(current, patch), subresource=None, internal=True)
+
+    async def replace_status(self, resource: str | kmock.resource, namespace: str | None, name: str,
+                             status: JsonObj) -> JsonObj | None:
+        """Replace ``status`` wholesale as "the system" (a kubelet writing a Pod's status: a merge patch would
+        keep a stale ``state.running`` next to a new ``state.waiting``); ``None`` if the object is gone."""
+        res = self.resource(resource)
+        key = (res, namespace or "", name)
+        current = self._store.get(key)
+        if current is None:
+            return None
+        new = copy.deepcopy(current)
+        new["status"] = copy.deepcopy(status)
+        return self._update(res, key, new, subresource="status", internal=True)
+
+    def add_listener(self, listener: Callable[[kmock.resource, str, JsonObj], None]) -> None:
+        """Call ``listener(resource, "ADDED"|"MODIFIED"|"DELETED", object)`` synchronously on every stored
+        change (the object is the emulator's own copy: do not modify it). Used by the kubelet model."""
+        self._listeners.append(listener)
 
     async def delete_object(self, resource: str | kmock.resource, namespace: str | None, name: str) -> None:
         """Delete as a client would (finalizers respected, cascade to owned objects)."""
@@ -920,6 +942,11 @@ class KubeEmulator:
     def _emit(self, res: kmock.resource, etype: str, obj: JsonObj) -> None:
         self._events.append((self._rv, res, etype, copy.deepcopy(obj)))
         self._event_rvs.append(self._rv)
+        for listener in self._listeners:
+            try:
+                listener(res, etype, obj)
+            except Exception:  # a listener's bug must not break the write that triggered it
+                logger.exception("emulator listener failed")
         if len(self._events) > 2 * self._event_log_size:
             cut = len(self._events) - self._event_log_size
             self._events_floor = self._event_rvs[cut - 1]
@@ -1180,6 +1207,10 @@ class KubeEmulator:
                                               f"(phase {phase})")
         if self.exec_handler is None:
             raise ApiError(400, "BadRequest", "exec is not configured in this emulator")
+        refuse = getattr(self.exec_handler, "refuse", None)
+        problem = refuse(namespace, name, container) if refuse is not None else None
+        if problem:
+            raise ApiError(400, "BadRequest", f"unable to upgrade connection: {problem}")
         if raw.headers.get("Upgrade", "").lower() != "websocket":
             raise ApiError(400, "BadRequest", "Upgrade request required")
         ws = aiohttp.web.WebSocketResponse(protocols=_CHANNEL_PROTOCOLS)
