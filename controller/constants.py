@@ -12,6 +12,10 @@ AGENTBOX_PLURAL = "agentboxes"
 SUBSCRIPTION_KIND = "Subscription"
 SUBSCRIPTION_PLURAL = "subscriptions"
 
+# `kubectl get agentbox-all` lists both kinds. Not "agentbox": a category equal to a resource's singular
+# makes `kubectl get/delete agentbox x` reach Subscriptions too.
+CATEGORY = "agentbox-all"
+
 FINALIZER = f"{GROUP}/finalizer"
 
 # Labels put on every child object (pod, box credentials Secret).

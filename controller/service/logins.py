@@ -164,6 +164,8 @@ class LoginKeeper:
                                   max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
             else:
                 outcome = await self._refresh(provider, login, text, ref, now)
+                metrics.LOGIN_REFRESHES.labels(self.namespace, self.name, "refused" if isinstance(outcome, str)
+                                               else "error" if outcome is None else "ok").inc()
                 if isinstance(outcome, str):          # refused: Disconnected
                     conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
                                           "RefreshRefused", outcome, now, gen)
@@ -192,6 +194,8 @@ class LoginKeeper:
         delay = (self._due_at(login) - self.rt.clock()).total_seconds()
         if self.unsynced:
             delay = min(delay, st.login_retry_s)
+        if login.expires_at is not None:
+            metrics.LOGIN_EXPIRY.labels(self.namespace, self.name).set(login.expires_at.timestamp())
         return KeepResult(login, {**status, "conditions": conds}, max(0.5, min(delay, far)))
 
     def due_in(self, login: Login | None) -> float:
