@@ -157,6 +157,7 @@ TABLE: list[tuple[str, dict[str, Any], BoxPolicy, set[str]]] = [
     ("open-policy-allows", pod(ctr(env=[{"name": "T", "valueFrom": {"secretKeyRef": {"name": "team-a-npmrc", "key": "k"}}}],
                                    envFrom=[{"secretRef": {"name": "team-a-npmrc"}}, {"configMapRef": {"name": "c"}}]),
                                serviceAccountName="builder", automountServiceAccountToken=True,
+                               imagePullSecrets=[{"name": "team-a-npmrc"}],
                                volumes=[{"name": "s", "secret": {"secretName": "team-a-npmrc"}},
                                         {"name": "p", "projected": {"sources": [
                                             {"serviceAccountToken": {"path": "t"}},
@@ -216,6 +217,7 @@ TABLE: list[tuple[str, dict[str, Any], BoxPolicy, set[str]]] = [
      BoxPolicy(volume_types=("projected",)), {"projected-token", "projected-secret"}),
     ("projected-not-allowed", pod(volumes=[{"name": "p", "projected": {"sources": []}}]), DEFAULT, {"volume-types"}),
     ("csi-not-allowed", pod(volumes=[{"name": "c", "csi": {"driver": "x"}}]), DEFAULT, {"volume-types"}),
+    ("other-teams-pull-secret", pod(imagePullSecrets=[{"name": "team-b-registry"}]), DEFAULT, {"image-pull-secret"}),
     ("image-prefix", pod(ctr(image="docker.io/evil/box:latest")), OPEN, {"image"}),
     ("everything", pod(ctr(**sc(privileged=True, allowPrivilegeEscalation=True, capabilities={"add": ["ALL"]})),
                        hostNetwork=True, serviceAccountName="admin", automountServiceAccountToken=True,
