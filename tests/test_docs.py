@@ -114,10 +114,15 @@ def _camel(name: str) -> str:
 def settings_table() -> str:
     """Operator settings: environment variable, chart value, default, meaning."""
     rows = ["| environment variable | chart value | default | meaning |", "|---|---|---|---|"]
-    chart_key = {"metrics_port": "`metrics.port` (0 when `metrics.enabled=false`)"}
+    chart_key = {"metrics_port": "`metrics.port` (0 when `metrics.enabled=false`)",
+                 "box_policy": "`boxPolicy.enabled`", "box_policy_service_accounts": "`boxPolicy.allowedServiceAccounts`",
+                 "box_policy_allow_token": "`boxPolicy.allowServiceAccountToken`",
+                 "box_policy_volume_types": "`boxPolicy.allowedVolumeTypes`",
+                 "box_policy_secret_names": "`boxPolicy.allowedSecretNames`",
+                 "box_policy_image_prefixes": "`boxPolicy.allowedImagePrefixes`"}
     for name, field in Settings.model_fields.items():
-        default = field.default
-        shown = "none" if default is None else f"`{default}`"
+        default = field.get_default(call_default_factory=True)
+        shown = "none" if default is None else f"`{json.dumps(default) if isinstance(default, list) else default}`"
         rows.append(f"| `AGENTBOX_{name.upper()}` | {chart_key.get(name, f'`settings.{_camel(name)}`')} | {shown} "
                     f"| {_cell(field.description or '')} |")
     return "\n".join(rows)

@@ -14,10 +14,20 @@ from pydantic import ValidationError
 
 from controller import constants as C
 from controller.conditions import get_condition, set_condition
+from controller.domain import boxpolicy
 from controller.domain.podstate import box_container_view
 from controller.kube.objects import NotOwned, TemplateError, box_container, make_box_secret, make_pod, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
 from controller.runtime import Runtime
+from controller.settings import Settings
+
+
+def box_policy(settings: Settings) -> boxpolicy.BoxPolicy:
+    """The box policy from the operator settings (`box_policy*`)."""
+    return boxpolicy.BoxPolicy(
+        enabled=settings.box_policy, service_accounts=tuple(settings.box_policy_service_accounts),
+        allow_token=settings.box_policy_allow_token, volume_types=tuple(settings.box_policy_volume_types),
+        secret_names=tuple(settings.box_policy_secret_names), image_prefixes=tuple(settings.box_policy_image_prefixes))
 
 
 def credential_key(agent: str) -> str:
@@ -94,6 +104,12 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
         spec = AgentBoxSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         return _fail(body, rt, C.R_INVALID_SPEC, validation_message(exc), retry=None)
+    # The box policy, before anything is read or written for the box: a refused template gets no pod and
+    # no credentials Secret (the same rules run at admission, see controller/domain/boxpolicy.py).
+    policy = box_policy(rt.settings)
+    violations = boxpolicy.check(spec.template, policy)
+    if violations:
+        return _fail(body, rt, C.R_POLICY_VIOLATION, boxpolicy.summary(violations), retry=None)
 
     provider = C.SUPPORTED_SUBSCRIPTION_AGENTS.get(spec.agent)
     uses_limits = spec.when_agent_stops.resume_after_reset or spec.when_agent_stops.rotation.enabled
@@ -148,7 +164,8 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
                          f"{ref.name!r} key {ref.key!r} is unusable: {exc}")
 
     try:
-        pod = make_pod(body, spec.template, spec.agent, with_credentials=login_text is not None)
+        pod = make_pod(body, boxpolicy.harden(spec.template, policy), spec.agent,
+                       with_credentials=login_text is not None)
     except TemplateError as exc:
         return _fail(body, rt, C.R_INVALID_SPEC, str(exc), retry=None)
 

@@ -39,6 +39,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from controller import constants as C
+from controller import metrics
 from controller.conditions import set_condition
 from controller.providers.credentials import InvalidLogin, Login, parse_login, token_fingerprint
 
@@ -149,6 +150,8 @@ class LoginKeeper:
                 login, text = adopted
             else:
                 outcome = await self._refresh(provider, login, text, ref, now)
+                metrics.LOGIN_REFRESHES.labels(self.namespace, self.name, "refused" if isinstance(outcome, str)
+                                               else "error" if outcome is None else "ok").inc()
                 if isinstance(outcome, str):          # refused: Disconnected
                     conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
                                           "RefreshRefused", outcome, now, gen)
@@ -177,6 +180,8 @@ class LoginKeeper:
         delay = (self._due_at(login) - self.rt.clock()).total_seconds()
         if self.unsynced:
             delay = min(delay, st.login_retry_s)
+        if login.expires_at is not None:
+            metrics.LOGIN_EXPIRY.labels(self.namespace, self.name).set(login.expires_at.timestamp())
         return KeepResult(login, {**status, "conditions": conds}, max(0.5, min(delay, far)))
 
     def due_in(self, login: Login | None) -> float:

@@ -447,6 +447,43 @@ def _openapi_to_jsonschema(node: Any) -> Any:
     return out
 
 
+# `format: date-time` as the API server checks it (kube-openapi strfmt): an RFC 3339 instant. jsonschema's
+# own date-time check is silently off without the optional rfc3339-validator, so it is spelled out here.
+_FORMATS = jsonschema.FormatChecker(formats=())
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+@_FORMATS.checks("date-time", raises=ValueError)
+def _is_date_time(value: Any) -> bool:
+    if not isinstance(value, str):
+        return True  # the type keyword reports it
+    if not _RFC3339.fullmatch(value):
+        return False
+    datetime.datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00"))  # ValueError: month 13, ...
+    return True
+
+
+def _list_map_duplicates(schema: Any, obj: Any, path: list[Any]) -> Iterable[tuple[list[Any], str]]:
+    """(path, key) of every item of an `x-kubernetes-list-type: map` list whose `x-kubernetes-list-map-keys`
+    values repeat an earlier item's: the API server refuses those ("Duplicate value")."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(obj, dict):
+        for name, sub in (schema.get("properties") or {}).items():
+            if name in obj:
+                yield from _list_map_duplicates(sub, obj[name], [*path, name])
+    elif isinstance(obj, list):
+        keys = schema.get("x-kubernetes-list-map-keys") if schema.get("x-kubernetes-list-type") == "map" else None
+        seen: set[str] = set()
+        for i, item in enumerate(obj):
+            if keys and isinstance(item, dict):
+                key = json.dumps({k: item.get(k) for k in keys}, sort_keys=True)
+                if key in seen:
+                    yield [*path, i], key
+                seen.add(key)
+            yield from _list_map_duplicates(schema.get("items"), item, [*path, i])
+
+
 def _json_path(path: Iterable[Any]) -> str:
     text = ""
     for part in path:
@@ -530,6 +567,7 @@ class KubeEmulator:
         self.discovery.resources.load_data(_bundled_resources())
         self._store: dict[_Key, JsonObj] = {}
         self._schemas: dict[kmock.resource, jsonschema.protocols.Validator] = {}
+        self._openapi: dict[kmock.resource, JsonObj] = {}
         self._custom: set[kmock.resource] = set()
         self._rv = 0
         self._events: list[tuple[int, kmock.resource, str, JsonObj]] = []
@@ -631,7 +669,9 @@ class KubeEmulator:
             self._custom.add(res)
             schema = ((version.get("schema") or {}).get("openAPIV3Schema"))
             if schema:
-                self._schemas[res] = jsonschema.Draft4Validator(_openapi_to_jsonschema(schema))
+                self._schemas[res] = jsonschema.Draft4Validator(_openapi_to_jsonschema(schema),
+                                                                format_checker=_FORMATS)
+                self._openapi[res] = schema
         stored = copy.deepcopy(crd)
         stored.setdefault("status", {
             "acceptedNames": names,
@@ -980,12 +1020,15 @@ class KubeEmulator:
         if validator is None:
             return
         errors = sorted(validator.iter_errors(obj), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-        if not errors:
+        duplicates = list(_list_map_duplicates(self._openapi.get(res) or {}, obj, []))
+        if not errors and not duplicates:
             return
         info = self._info(res)
         name = obj.get("metadata", {}).get("name", "")
         causes = [{"reason": "FieldValueInvalid", "message": f"Invalid value: {e.message}",
                    "field": _json_path(e.absolute_path)} for e in errors]
+        causes += [{"reason": "FieldValueDuplicate", "message": f"Duplicate value: {key}", "field": _json_path(path)}
+                   for path, key in duplicates]
         text = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
         raise ApiError(422, "Invalid", f'{info.kind}.{res.group} "{name}" is invalid: {text}',
                        {"name": name, "group": res.group, "kind": info.kind, "causes": causes})
