@@ -172,7 +172,8 @@ class BoxWatcher:
         if spec.agent not in C.SUPPORTED_SUBSCRIPTION_AGENTS or not spec.subscription:
             # Limit features are off for this agent: Ready still needs the running container and its session.
             session = await self._session_exists(pod, container) if view.running and pod and container else None
-            await self._write_ready(body, view, session, watched=False)
+            if pod:  # no pod yet: the reconcile owns Ready
+                await self._write_ready(body, view, session, watched=False)
             return s.scan_interval_s
         if self.records is None:
             status = body.get("status") or {}
@@ -185,7 +186,8 @@ class BoxWatcher:
             self.tab_ids = {t["name"]: t.get("id", "") for t in (body.get("status") or {}).get("tabs") or []
                             if t.get("name")}
         if not pod or not view.running or container is None:
-            await self._write_ready(body, view, None)
+            if pod:  # no pod yet: the reconcile owns Ready (its failure reasons, PodPending)
+                await self._write_ready(body, view, None)
             return s.scan_interval_s
         term = BoxTerminal(self._exec_fn(pod, container), s.send_pause_s)
         tz = spec.time_zone or _container_tz(pod, container) or "UTC"
