@@ -1271,11 +1271,28 @@ class KubeEmulator:
             release = getattr(self.exec_handler, "release", None)
             if release is not None:
                 release(key[1], key[2])
+        if res == self._crd_res:
+            self._remove_crd(obj)
         if cascade:
             self._collect_garbage(obj, namespace_gone=key[2] if res == self._ns_res else None)
         if key[1] and self.namespace_terminating(key[1]):
             self._finish_namespace(key[1])
         return obj
+
+    def _remove_crd(self, crd: JsonObj) -> None:
+        """A deleted CRD stops being served (requests for it answer 404) and its objects are deleted, as
+        the API server does (it removes every custom resource before the CRD goes)."""
+        spec = crd.get("spec") or {}
+        group, plural = spec.get("group"), (spec.get("names") or {}).get("plural")
+        gone = {r for r in self._custom if r.group == group and r.plural == plural}
+        for key in [k for k in self._store if k[0] in gone]:
+            if key in self._store:
+                self._remove(key[0], key)
+        for res in gone:
+            self.discovery.resources.pop(res, None)
+            self._custom.discard(res)
+            self._schemas.pop(res, None)
+            self._openapi.pop(res, None)
 
     def _collect_garbage(self, owner: JsonObj, namespace_gone: str | None) -> None:
         """Delete dependents whose owners are all gone (background GC), and a deleted namespace's objects."""
