@@ -12,6 +12,10 @@ AGENTBOX_PLURAL = "agentboxes"
 SUBSCRIPTION_KIND = "Subscription"
 SUBSCRIPTION_PLURAL = "subscriptions"
 
+# `kubectl get agentbox-all` lists both kinds. Not "agentbox": a category equal to a resource's singular
+# makes `kubectl get/delete agentbox x` reach Subscriptions too.
+CATEGORY = "agentbox-all"
+
 FINALIZER = f"{GROUP}/finalizer"
 
 # Labels put on every child object (pod, box credentials Secret).
@@ -49,7 +53,11 @@ R_SECRET_KEY_MISSING = "SecretKeyMissing"
 R_INVALID_LOGIN = "InvalidLoginFile"
 R_PROVIDER_MISMATCH = "ProviderMismatch"
 R_UNSUPPORTED_AGENT = "UnsupportedAgent"
-R_POD_PENDING = "PodPending"
+R_POD_PENDING = "PodPending"              # Ready False: no pod yet, or its phase is not Running
+R_CONTAINER_WAITING = "ContainerWaiting"  # Ready False: the box container waits (message: CrashLoopBackOff, ...)
+R_CONTAINER_TERMINATED = "ContainerTerminated"  # Ready False: the box container ended for good
+R_CHECKING_SESSION = "CheckingSession"    # Ready False: container running, tmux session not checked yet
+R_SESSION_MISSING = "SessionMissing"      # Ready False: container running, no tmux session `agentbox`
 R_POLICY_VIOLATION = "PolicyViolation"  # Ready False: spec.template breaks the box policy; no pod is created
 R_WAITING_FOR_RESET = "WaitingForReset"
 R_NONE_LIMITED = "NoTabLimited"

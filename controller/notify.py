@@ -1,7 +1,8 @@
 """Webhook notifications (optional; Kubernetes Events are always posted by the handlers).
 
 One POST per milestone — a tab resumed, a box switched subscription, a reserve stopped agents, a tab needs
-a human — to a URL kept in a Secret. The Helm chart mounts that Secret as a file and sets
+a human, a subscription's login was refused (`disconnected`: a human must log in again) — to a URL kept in a
+Secret. The Helm chart mounts that Secret as a file and sets
 `AGENTBOX_WEBHOOK_URL_FILE`; the file is re-read on every send, so a rotated URL is picked up without a
 restart. Two body styles: a generic JSON object, and a Slack-compatible `{"text": ...}` (Slack, Mattermost,
 Rocket.Chat, Discord's `/slack` endpoints).
@@ -33,7 +34,7 @@ from controller import metrics
 
 logger = logging.getLogger(__name__)
 
-Kind = Literal["resume", "switch", "reserve", "needs_attention"]
+Kind = Literal["resume", "switch", "reserve", "needs_attention", "disconnected"]
 Style = Literal["generic", "slack"]
 KINDS: tuple[str, ...] = get_args(Kind)
 
@@ -45,7 +46,11 @@ _TITLES: dict[str, tuple[str, str]] = {
     "switch": (":twisted_rightwards_arrows:", "Switched subscription"),
     "reserve": (":octagonal_sign:", "Reserve reached"),
     "needs_attention": (":warning:", "Needs attention"),
+    "disconnected": (":electric_plug:", "Login refused: log in again"),
 }
+
+# Kinds about a Subscription rather than an AgentBox (the generic body names it `subscription`).
+SUBSCRIPTION_KINDS = frozenset({"disconnected"})
 
 # Things that look like credentials: provider keys, OAuth/JWT tokens, bearer headers, URL secrets.
 _SECRET_PATTERNS = [
@@ -127,7 +132,8 @@ class Notifier:
         * `AGENTBOX_WEBHOOK_URL_FILE`: file holding the URL (the chart mounts the Secret's key there);
           re-read on every send. Else `AGENTBOX_WEBHOOK_URL` (the URL itself). Neither: notifications off.
         * `AGENTBOX_WEBHOOK_STYLE`: `generic` (default) or `slack`.
-        * `AGENTBOX_WEBHOOK_KINDS`: comma-separated subset of resume,switch,reserve,needs_attention (default: all).
+        * `AGENTBOX_WEBHOOK_KINDS`: comma-separated subset of resume,switch,reserve,needs_attention,disconnected
+          (default: all).
         * `AGENTBOX_CLUSTER_NAME`: optional cluster name for the body.
 
         Raises:
@@ -162,7 +168,8 @@ class Notifier:
 
     # ------------------------------------------------------------------ bodies
     def body(self, kind: Kind, namespace: str, box: str, message: str) -> dict[str, Any]:
-        """The JSON body for one notification (redacted; never holds a token)."""
+        """The JSON body for one notification (redacted; never holds a token). `box` is the object's name:
+        an AgentBox, or for `disconnected` a Subscription (then the generic body's key is `subscription`)."""
         text = redact(message)
         if self.style == "slack":
             emoji, title = _TITLES[kind]
@@ -170,7 +177,7 @@ class Notifier:
             return {"text": f"{emoji} *{title}* `{where}{namespace}/{box}`: {text}"}
         body: dict[str, Any] = {
             "source": "agentbox-controller", "version": __version__, "kind": kind,
-            "namespace": namespace, "box": box, "message": text,
+            "namespace": namespace, ("subscription" if kind in SUBSCRIPTION_KINDS else "box"): box, "message": text,
             "time": self.clock().astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         if self.cluster:

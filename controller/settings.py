@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     box_policy_service_accounts: list[str] = Field(default_factory=list, description="ServiceAccounts a box pod may run as besides `default` (JSON list).")
     box_policy_allow_token: bool = Field(False, description="A box template may mount a ServiceAccount token (automountServiceAccountToken: true or a projected token).")
     box_policy_volume_types: list[str] = Field(default_factory=lambda: ["configMap", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim"], description="Volume sources a box template may use (JSON list; a subset of the restricted profile's; Secrets are box_policy_secret_names).")
-    box_policy_secret_names: list[str] = Field(default_factory=list, description="Secrets a box template may use as a volume, projected source, env or envFrom (JSON list).")
+    box_policy_secret_names: list[str] = Field(default_factory=list, description="Secrets a box template may use as a volume, projected source, env, envFrom or imagePullSecrets (JSON list).")
     box_policy_image_prefixes: list[str] = Field(default_factory=list, description="When non-empty, every box image must start with one of these (JSON list).")
     # --- end box policy
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus metrics port (0 = off).")

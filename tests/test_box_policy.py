@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import pathlib
+import re
 from typing import Any
 
 import celpy
@@ -156,6 +157,7 @@ TABLE: list[tuple[str, dict[str, Any], BoxPolicy, set[str]]] = [
     ("open-policy-allows", pod(ctr(env=[{"name": "T", "valueFrom": {"secretKeyRef": {"name": "team-a-npmrc", "key": "k"}}}],
                                    envFrom=[{"secretRef": {"name": "team-a-npmrc"}}, {"configMapRef": {"name": "c"}}]),
                                serviceAccountName="builder", automountServiceAccountToken=True,
+                               imagePullSecrets=[{"name": "team-a-npmrc"}],
                                volumes=[{"name": "s", "secret": {"secretName": "team-a-npmrc"}},
                                         {"name": "p", "projected": {"sources": [
                                             {"serviceAccountToken": {"path": "t"}},
@@ -215,6 +217,7 @@ TABLE: list[tuple[str, dict[str, Any], BoxPolicy, set[str]]] = [
      BoxPolicy(volume_types=("projected",)), {"projected-token", "projected-secret"}),
     ("projected-not-allowed", pod(volumes=[{"name": "p", "projected": {"sources": []}}]), DEFAULT, {"volume-types"}),
     ("csi-not-allowed", pod(volumes=[{"name": "c", "csi": {"driver": "x"}}]), DEFAULT, {"volume-types"}),
+    ("other-teams-pull-secret", pod(imagePullSecrets=[{"name": "team-b-registry"}]), DEFAULT, {"image-pull-secret"}),
     ("image-prefix", pod(ctr(image="docker.io/evil/box:latest")), OPEN, {"image"}),
     ("everything", pod(ctr(**sc(privileged=True, allowPrivilegeEscalation=True, capabilities={"add": ["ALL"]})),
                        hostNetwork=True, serviceAccountName="admin", automountServiceAccountToken=True,
@@ -372,6 +375,26 @@ def test_updates_that_keep_the_template_are_not_checked():
     assert vap_refusals(spec, bad, old=good, operation="UPDATE")
     assert vap_refusals(spec, good, old=bad, operation="UPDATE") == []
     assert vap_refusals(spec, bad, operation="CREATE")
+
+
+def test_security_doc_describes_the_shipped_policy():
+    """docs/security.md names every boxPolicy value, the default volume types, what the controller fills
+    in, and the condition reason; the rules' messages point at values that exist."""
+    from controller import constants as C
+
+    text = (ROOT / "docs" / "security.md").read_text()
+    values = yaml.safe_load((ROOT / "charts" / "agentbox-controller" / "values.yaml").read_text())["boxPolicy"]
+    for key in values:
+        if key not in ("enabled", "admission"):
+            assert f"`boxPolicy.{key}" in text, key
+    assert ", ".join(f"`{t}`" for t in bp.DEFAULT_VOLUME_TYPES) in text
+    for phrase in ("automountServiceAccountToken: false", "runAsNonRoot: true", "{type: RuntimeDefault}",
+                   "allowPrivilegeEscalation: false", "capabilities.drop: [ALL]", C.R_POLICY_VIOLATION,
+                   "validationActions: [Deny]"):
+        assert phrase in text, phrase
+    for rule in bp.RULES:
+        for ref in re.findall(r"boxPolicy\.(\w+)", rule.message):
+            assert ref in values, (rule.id, ref)
 
 
 # ---------------------------------------------------------------------------------------------- the chart

@@ -218,7 +218,7 @@ def test_troubleshooting_names_the_tools_and_conditions():
 
 
 def test_docs_link_to_each_other_and_exist():
-    for name in ("configuration.md", "troubleshooting.md", "operations.md"):
+    for name in ("configuration.md", "troubleshooting.md", "operations.md", "security.md"):
         text = (DOCS / name).read_text()
         for link in re.findall(r"\]\(([^)#:]+\.md)", text):
             assert (DOCS / link).resolve().exists(), f"{name}: broken link {link}"

@@ -175,14 +175,14 @@ async def test_the_chart_grants_what_the_operator_uses_and_nothing_more(world: W
     used_keys = {a.key for a in used}
     assert ("", "pods/exec", "get") in used_keys and ("", "secrets", "patch") in used_keys, "scenario too short"
 
-    # Cluster-wide mode (the default).
-    cluster = grants({})
+    # Cluster-wide mode.
+    cluster = grants({"clusterWide": True})
     missing = sorted({a.key for a in used if not allowed(a, cluster)} - NAMESPACED_MODE_ONLY)
     assert missing == [], f"the operator made requests the ClusterRole does not allow: {missing}"
     unused = sorted({g[:3] for g in ((g.group, g.resource, g.verb) for g in cluster)} - used_keys - set(JUSTIFIED))
     assert unused == [], f"the ClusterRole grants what no request needs (use it or justify it): {unused}"
 
-    # Namespaced mode, watching the world's namespace: Role there + the observer ClusterRole.
+    # Namespaced mode (the default), watching the world's namespace: Role there + the observer ClusterRole.
     namespaced = grants({"clusterWide": False, "watchNamespaces": [world.namespace]})
     missing = sorted({(a.key, a.namespace) for a in used if not allowed(a, namespaced)})
     assert missing == [], f"the operator made requests the namespaced RBAC does not allow: {missing}"
@@ -220,9 +220,11 @@ def test_discovery_needs_no_rule(path: str):
 def test_peering_adds_only_kopf_peering_rights():
     """Peering cannot run against the emulator (no kopf.dev CRDs there); what it needs is kopf's documented
     peering RBAC (get/list/watch/patch the peering object) plus `create`, as `run --peering` creates it."""
+    cluster_wide = {"clusterWide": True}
     peering = {"replicas": 2, "peering": {"enabled": True}}
     verbs = {"get", "list", "watch", "patch", "create"}
-    extra = {(g.group, g.resource, g.verb, g.namespace) for g in grants(peering) - grants({})}
+    extra = {(g.group, g.resource, g.verb, g.namespace)
+             for g in grants({**cluster_wide, **peering}) - grants(cluster_wide)}
     assert extra == {("kopf.dev", "clusterkopfpeerings", v, None) for v in verbs}
     ns_values = {"clusterWide": False, "watchNamespaces": ["team-a"]}
     extra = {(g.group, g.resource, g.verb, g.namespace) for g in grants({**ns_values, **peering}) - grants(ns_values)}

@@ -25,7 +25,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 # ---------------------------------------------------------------------------------------------- constants
@@ -58,7 +58,8 @@ class BoxPolicy:
         service_accounts: ServiceAccount names a template may name besides `default` (and none).
         allow_token: a template may set `automountServiceAccountToken: true` or project a token.
         volume_types: volume sources allowed (a subset of RESTRICTED_VOLUME_TYPES).
-        secret_names: Secrets a template may use (secret volumes, projected secrets, env, envFrom).
+        secret_names: Secrets a template may use (secret volumes, projected secrets, env, envFrom,
+            imagePullSecrets).
         image_prefixes: when non-empty, every image must start with one of these.
     """
 
@@ -373,6 +374,10 @@ def _build_rules() -> tuple[Rule, ...]:
         _each_item("sysctls", "pod", "securityContext.sysctls", "only the Pod Security baseline's safe sysctls",
                    lambda s, _: _in(_get(s, ["name"]), SAFE_SYSCTLS),
                    f"has(s.name) && s.name in {_cel_str_list(SAFE_SYSCTLS)}", "s"),
+        _each_item("image-pull-secret", "pod", "imagePullSecrets",
+                   "a pull Secret must be in boxPolicy.allowedSecretNames (another team's registry login is theirs)",
+                   lambda ref, pol: _secret_allowed(_get(ref, ["name"]), pol),
+                   "has(r.name) && r.name in variables.allowedSecretNames", "r"),
         _rule_apparmor_annotations(),
         # containers, initContainers, ephemeralContainers
         _unset_or("privileged", "container", "securityContext.privileged", [False], "must be false or unset"),
