@@ -68,6 +68,9 @@ SUBSCRIPTION_RESET = _gauge("agentbox_subscription_reset_timestamp_seconds",
 SUBSCRIPTION_STATE = _gauge("agentbox_subscription_state", "1 for the subscription's current state "
                             "(Available | Exhausted | Reserved | Disconnected | Unknown), 0 for the others.",
                             ("namespace", "subscription", "state"))
+LOGIN_CANDIDATES = _counter("agentbox_login_candidates_total", "Newer logins found in boxes by the login keeper, "
+                            "by result (adopted: the provider confirmed the subscription's account | refused).",
+                            ("namespace", "subscription", "result"))
 LOGIN_EXPIRY = _gauge("agentbox_login_expiry_timestamp_seconds", "When the subscription's current access token "
                       "expires (Unix epoch seconds); the controller renews it settings.loginRefreshBeforeS earlier.",
                       ("namespace", "subscription"))

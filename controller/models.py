@@ -97,10 +97,12 @@ class SubscriptionStatus(_Model):
     read_at: Instant | None = Field(None, description="When the windows were read (UTC RFC 3339).")
     state: SubscriptionState | None = Field(None, description="Available | Exhausted | Reserved | Disconnected | Unknown.")
     reserved_until: Instant | None = Field(None, description="While Reserved: the reset that lifts the reserve (UTC RFC 3339).")
+    login_expires_at: Instant | None = Field(None, description="When the subscription's current access token expires (UTC RFC 3339); the controller renews it `settings.loginRefreshBeforeS` earlier.")
     threshold: str | None = Field(None, description="The reserve in a sentence.")
     message: str | None = Field(None, description="Latest state in a sentence.")
     conditions: list[Condition] = Field(default_factory=list, description="CredentialsValid, UsageFetched.",
                                         json_schema_extra=_list_map("type"))
+    account: str | None = Field(None, max_length=64, description="Identity of the login's account as the provider confirmed it ('sha256:' + 16 hex digits of the provider's account ids), recorded while the Secret's login is valid; a login found in a box is adopted only when the provider names this account. Never a token.")
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
 
 

@@ -56,6 +56,7 @@ KEY_OF = {"anthropic": "credentials.json", "openai": "auth.json"}
 _REPLACE = ('umask 077; f="$HOME/$1"; [ -f "$f" ] || exit 4; cat > "$f.agentbox-tmp" '
             '&& mv -f "$f.agentbox-tmp" "$f"')
 _READ = 'f="$HOME/$1"; [ -f "$f" ] || exit 4; head -c 262144 "$f"'
+_UNDECIDED = "undecided"   # a login in a box could not be checked with the provider (yet)
 
 
 @dataclass
@@ -104,6 +105,9 @@ class LoginKeeper:
     unsynced: set[str] = field(default_factory=set)   # boxes whose push failed
     refreshes: int = 0
     adopted: int = 0
+    identity_fp: str | None = None         # access token whose account identity is recorded in status.account
+    verdicts: dict[str, str | None] = field(default_factory=dict)   # candidate access fp -> identity (None: refused)
+    refused_boxes: dict[str, str] = field(default_factory=dict)     # box -> refused candidate's access fp
     _last_boxes: list[_Box] = field(default_factory=list)
 
     @property
@@ -132,22 +136,32 @@ class LoginKeeper:
         if text is None:
             return KeepResult(login, status, far)
         gen = status.get("observedGeneration")
+        status = await self._record_identity(provider, login, status, now)
         fp = token_fingerprint(login.refresh_token)
         if self.refused_fp is not None:
             if fp == self.refused_fp:
                 # Refused earlier and the Secret did not change: stay Disconnected; still look for a
                 # box that holds a newer login (an agent that refreshed by itself).
-                adopted = await self._adopt_from_boxes(provider, login, text, ref, now)
-                if adopted is None:
+                adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
+                if not isinstance(adopted, tuple):
                     return KeepResult(None, status, far)
                 login, text = adopted
             self.refused_fp = None
             self.failures, self.retry_at = 0, None
         due = self._due_at(login)
         if now >= due and (self.retry_at is None or now >= self.retry_at):
-            adopted = await self._adopt_from_boxes(provider, login, text, ref, now)
-            if adopted is not None:
+            adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
+            if isinstance(adopted, tuple):
                 login, text = adopted
+            elif adopted == _UNDECIDED:
+                # A newer login sits in a box but the provider could not be asked whose it is: neither
+                # adopt it nor spend our refresh token (it may be spent already); ask again soon.
+                self._backoff(login, now)
+                conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
+                                      "IdentityCheckFailed", "A box holds a newer login; the provider could not "
+                                      "confirm its account yet; retrying, the current login stays in use", now, gen)
+                return KeepResult(login, {**status, "conditions": conds},
+                                  max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
             else:
                 outcome = await self._refresh(provider, login, text, ref, now)
                 metrics.LOGIN_REFRESHES.labels(self.namespace, self.name, "refused" if isinstance(outcome, str)
@@ -224,14 +238,7 @@ class LoginKeeper:
             log.warning("Subscription %s: %s", self.marker, exc)
             return msg
         except (RefreshUnavailable, RefreshError) as exc:
-            from datetime import timedelta
-
-            self.failures += 1
-            backoff = min(st.login_retry_s * 2 ** (self.failures - 1), max(st.login_retry_s, 600.0))
-            # Never let the backoff run past the agents' own refresh point (5 min before expiry).
-            if login.expires_at is not None:
-                backoff = min(backoff, max(1.0, (login.expires_at - now).total_seconds() / 4))
-            self.retry_at = now + timedelta(seconds=backoff)
+            backoff = self._backoff(login, now)
             log.warning("Subscription %s: %s; retry in %.0f s", self.marker, exc, backoff)
             if self.failures == 1:
                 self.post_event("Warning", "LoginRefreshFailed", f"{exc}; retrying, the current login stays in use")
@@ -247,6 +254,86 @@ class LoginKeeper:
         log.info("Subscription %s: login refreshed (token sha256:%s), pushed to %d box(es)", self.marker,
                  new.fingerprint, len(self._last_boxes))
         return new, new_text
+
+    def _backoff(self, login: Login, now: datetime) -> float:
+        """Count a failure and set ``retry_at``: doubling from ``login_retry_s`` up to 10 minutes, never
+        past a quarter of the access token's remaining life (the agents refresh at 5 minutes)."""
+        from datetime import timedelta
+
+        st = self.rt.settings
+        self.failures += 1
+        backoff = min(st.login_retry_s * 2 ** min(self.failures - 1, 30), max(st.login_retry_s, 600.0))
+        if login.expires_at is not None:
+            backoff = min(backoff, max(1.0, (login.expires_at - now).total_seconds() / 4))
+        self.retry_at = now + timedelta(seconds=backoff)
+        return backoff
+
+    # ------------------------------------------------------------------ identity
+    async def _identity(self, provider: str, login: Login) -> str:
+        """The provider-confirmed account identity of ``login`` (`controller.providers.identity`)."""
+        import aiohttp
+
+        from controller.providers.identity import account_identity
+
+        st = self.rt.settings
+        base = st.anthropic_base_url if provider == "anthropic" else st.openai_base_url
+        if self.session is not None:
+            return await account_identity(self.session, provider, login, base_url=base)
+        async with aiohttp.ClientSession() as session:
+            return await account_identity(session, provider, login, base_url=base)
+
+    async def _record_identity(self, provider: str, login: Login, status: dict[str, Any],
+                               now: datetime) -> dict[str, Any]:
+        """Record in ``status.account`` whose login the Subscription's Secret holds, as the provider says
+        (once per access token, while it is valid). The Secret is written by the Subscription owner or by
+        this keeper (only with logins of the same account), so its login defines the account; a login
+        found in a box is adopted only when the provider names the same account (`_verify`)."""
+        from controller.providers.identity import IdentityRefused, IdentityUnavailable
+
+        fp = login.fingerprint
+        if fp == self.identity_fp or (login.expires_at is not None and login.expires_at <= now):
+            return status
+        try:
+            ident = await self._identity(provider, login)
+        except IdentityUnavailable as exc:
+            log.info("Subscription %s: %s; asking again at the next read", self.marker, exc)
+            return status
+        except IdentityRefused:
+            self.identity_fp = fp  # the usage read reports the refused login
+            return status
+        if status.get("account") != ident:
+            await self._patch({"account": ident})
+            log.info("Subscription %s: account identity %s recorded", self.marker, ident)
+        self.identity_fp = fp
+        return {**status, "account": ident}
+
+    async def _verify(self, provider: str, held: Login, recorded: str | None, now: datetime) -> str | None:
+        """Why the login ``held`` (found in a box) must not be adopted; "" when the provider confirmed it
+        belongs to the recorded account; None when the provider could not be asked (decide later)."""
+        from controller.providers.identity import IdentityRefused, IdentityUnavailable
+
+        if not recorded:
+            return ("the Subscription's account identity is not recorded yet (it is recorded while the "
+                    "Secret's own login is valid), so no login from a box can be proven")
+        if held.expires_at is not None and held.expires_at <= now:
+            return "its access token has expired, so the provider cannot confirm its account"
+        fp = held.fingerprint
+        if fp not in self.verdicts:
+            try:
+                self.verdicts[fp] = await self._identity(provider, held)
+            except IdentityUnavailable as exc:
+                log.info("Subscription %s: %s", self.marker, exc)
+                return None
+            except IdentityRefused:
+                self.verdicts[fp] = None
+            if len(self.verdicts) > 256:  # bounded: a box cannot grow it without limit
+                self.verdicts.pop(next(iter(self.verdicts)))
+        ident = self.verdicts[fp]
+        if ident is None:
+            return "the provider does not accept its access token"
+        if ident != recorded:
+            return "the provider says it belongs to another account"
+        return ""
 
     # ------------------------------------------------------------------ store / propagate
     def _mark(self, provider: str, text: str) -> str:
@@ -333,8 +420,10 @@ class LoginKeeper:
         return True
 
     async def propagate(self, provider: str, text: str, only: set[str] | None = None) -> None:
-        """Push ``text`` to every box on the subscription (or the boxes in ``only``)."""
-        boxes = [b for b in await self._boxes(provider) if only is None or b.name in only]
+        """Push ``text`` to every box on the subscription (or the boxes in ``only``), except boxes that
+        hold a login the keeper refused to adopt (`refused_boxes`)."""
+        boxes = [b for b in await self._boxes(provider)
+                 if (only is None or b.name in only) and b.name not in self.refused_boxes]
         results = await asyncio.gather(*(self.push(provider, b, text) for b in boxes))
         for box, ok in zip(boxes, results):
             if ok:
@@ -379,40 +468,99 @@ class LoginKeeper:
             return False
         return isinstance(data, dict) and data.get(MARKER_KEY) == {"subscription": self.marker}
 
-    async def _adopt_from_boxes(self, provider: str, login: Login, text: str, ref: Any,
-                                now: datetime) -> tuple[Login, str] | None:
-        """The newest login of the same account found in a box's live file, stored and propagated."""
-        best: tuple[Login, str] | None = None
+    async def _adopt_from_boxes(self, provider: str, login: Login, text: str, ref: Any, now: datetime,
+                                status: dict[str, Any]) -> tuple[Login, str] | str | None:
+        """Adopt the newest login found in a box's live file, if the provider confirms it is this account's.
+
+        A candidate is a login with a refresh token and a later expiry than the Secret's. Nothing in the
+        file decides (markers and account ids can be copied): the candidate's access token is shown to
+        the provider (`_verify`) and must belong to the identity in ``status.account``. Only its tokens
+        are grafted onto the Secret's login file (nothing else from the box reaches the Secret). Every
+        adoption is a Normal Event naming the box; a refused candidate is a Warning naming the box, once
+        per login, and that box gets no pushes while it holds it.
+
+        Returns:
+            (login, text) adopted and propagated; `_UNDECIDED` when a candidate could not be checked
+            (provider unreachable); None when there is nothing to adopt.
+        """
         boxes = await self._boxes(provider)
+        names = {b.name for b in boxes}
+        for gone in [b for b in self.refused_boxes if b not in names]:
+            self.refused_boxes.pop(gone)
 
         async def read(box: _Box) -> str | None:
             try:
                 res = await self._exec(box, ["sh", "-c", _READ, "sh", PATH_OF[provider]])
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - not running, not owned (NotOwned), transport: no candidate
                 return None
             return res.stdout if res is not None and res.rc == 0 else None
 
+        candidates: list[tuple[_Box, Login, str]] = []
         for box, live in zip(boxes, await asyncio.gather(*(read(b) for b in boxes))):
-            if not live:
-                continue
             try:
-                held = parse_login(provider, live)
+                held = parse_login(provider, live) if live else None
             except InvalidLogin:
+                held = None
+            if held is None or held.access_token == login.access_token:
+                if held is not None:
+                    self.refused_boxes.pop(box.name, None)  # holds the subscription's login again
                 continue
-            if not held.refresh_token or not self._same_account(provider, live, login):
+            if self.refused_boxes.get(box.name) not in (None, held.fingerprint):
+                self.refused_boxes.pop(box.name)  # no longer holds the refused login
+            if held.refresh_token and self._newer(held, login):
+                candidates.append((box, held, live or ""))
+        candidates.sort(key=lambda c: c[1].expires_at or now, reverse=True)
+        undecided = False
+        for box, held, live in candidates:
+            why = await self._verify(provider, held, status.get("account"), now)
+            if why is None:
+                undecided = True
                 continue
-            if self._newer(held, best[0] if best else login):
-                best = (held, live)
-        if best is None:
-            return None
-        held, live = best
-        new_text = self._mark(provider, live)
-        self.adopted += 1
-        self.post_event("Normal", "LoginAdopted", "A box held a newer login of this account (an agent refreshed it); "
-                        "stored it and passed it to the other boxes")
-        await self._store(ref, new_text)
-        await self.propagate(provider, new_text)
-        return held, new_text
+            if why:
+                metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "refused").inc()
+                if self.refused_boxes.get(box.name) != held.fingerprint:
+                    self.refused_boxes[box.name] = held.fingerprint
+                    self.post_event("Warning", "LoginCandidateRefused",
+                                    f"Box {box.name} holds a newer login that was not adopted: {why}. The Secret "
+                                    f"{ref.name!r} and the other boxes are untouched; box {box.name} gets no login "
+                                    "pushes while it holds it")
+                    log.warning("Subscription %s: login in box %s refused: %s", self.marker, box.name, why)
+                continue
+            new_text = self._mark(provider, self._graft(provider, text, live))
+            adopted = parse_login(provider, new_text)
+            self.adopted += 1
+            self.identity_fp = adopted.fingerprint
+            metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "adopted").inc()
+            self.post_event("Normal", "LoginAdopted",
+                            f"Box {box.name} held a newer login of this account (an agent refreshed it; the "
+                            f"provider confirmed the account); stored it in Secret {ref.name!r} and passed it to "
+                            "the other boxes")
+            await self._store(ref, new_text)
+            await self.propagate(provider, new_text)
+            return adopted, new_text
+        return _UNDECIDED if undecided else None
+
+    @staticmethod
+    def _graft(provider: str, text: str, live: str) -> str:
+        """The Secret's login file ``text`` with the tokens and expiry of the box's file ``live``."""
+        base, other = json.loads(text), json.loads(live)
+        if provider == "anthropic":
+            mine = dict(base.get("claudeAiOauth") or {})
+            theirs = other.get("claudeAiOauth") or {}
+            for key in ("accessToken", "refreshToken", "expiresAt"):
+                if key in theirs:
+                    mine[key] = theirs[key]
+            base["claudeAiOauth"] = mine
+        else:
+            mine = dict(base.get("tokens") or {})
+            theirs = other.get("tokens") or {}
+            for key in ("access_token", "refresh_token", "id_token"):
+                if isinstance(theirs.get(key), str):
+                    mine[key] = theirs[key]
+            base["tokens"] = mine
+            if isinstance(other.get("last_refresh"), str):
+                base["last_refresh"] = other["last_refresh"][:64]
+        return json.dumps(base)
 
     async def _patch(self, status: dict[str, Any]) -> None:
         await self.rt.kube.patch_status(C.SUBSCRIPTION_PLURAL, self.namespace, self.name, status)

@@ -169,6 +169,7 @@ class SubscriptionReader:
             "windows": windows, "readAt": rfc3339(usage.read_at), "state": verdict.state,
             "reservedUntil": rfc3339(verdict.until) if verdict.state == "Reserved" else None,
             "message": verdict.message, "conditions": conds,
+            "loginExpiresAt": rfc3339(login.expires_at) if login.expires_at else None,
         })
         if verdict.state != self.last_state:
             self.last_state = verdict.state

@@ -34,6 +34,8 @@ from controller.redact import STATUS_MESSAGE_MAX, bounded
 from controller.service import boxfiles
 from controller.runtime import Runtime
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
+from controller.terminal.tmux import has_session_argv as tmux_has_session_argv
+from controller.domain.podstate import ContainerView, box_container_view
 
 log = logging.getLogger("agentbox.tabs")
 
@@ -153,9 +155,13 @@ class BoxWatcher:
             await self._not_owned(body, NotOwned("Pod", pod_name(self.name), self.name))
             return s.scan_interval_s
         self._squatter = None
-        phase = ((pod or {}).get("status") or {}).get("phase")
+        container = box_container((pod or {}).get("spec") or {}, spec.container) if pod else None
+        view = box_container_view(pod, pod_name(self.name), container)
         if spec.agent not in C.SUPPORTED_SUBSCRIPTION_AGENTS or not spec.subscription:
-            await self._write_ready(body, phase, watched=False)  # limit features are off for this agent
+            # Limit features are off for this agent: Ready still needs the running container and its session.
+            session = await self._session_exists(pod, container) if view.running and pod and container else None
+            if pod:  # no pod yet: the reconcile owns Ready
+                await self._write_ready(body, view, session, watched=False)
             return s.scan_interval_s
         if self.records is None:
             status = body.get("status") or {}
@@ -167,11 +173,9 @@ class BoxWatcher:
                             if t.get("name")}
             self.tab_ids = {t["name"]: t.get("id", "") for t in (body.get("status") or {}).get("tabs") or []
                             if t.get("name")}
-        if not pod or phase != "Running":
-            await self._write_ready(body, phase)
-            return s.scan_interval_s
-        container = box_container(pod.get("spec") or {}, spec.container)
-        if container is None:
+        if not pod or not view.running or container is None:
+            if pod:  # no pod yet: the reconcile owns Ready (its failure reasons, PodPending)
+                await self._write_ready(body, view, None)
             return s.scan_interval_s
         term = BoxTerminal(self._exec_fn(pod, container), s.send_pause_s)
         tz = spec.time_zone or _container_tz(pod, container) or "UTC"
@@ -181,7 +185,8 @@ class BoxWatcher:
             tabs, inputs = await term.tabs()
             screens = await term.capture_all(tabs)
         except TmuxCommandFailed:
-            await self._write_status(body, spec, [], "tmux session 'agentbox' not found in the box container")
+            await self._write_status(body, spec, [], "tmux session 'agentbox' not found in the box container",
+                                     session=False)
             return s.scan_interval_s
         except Exception as exc:  # noqa: BLE001 - exec transport errors: retry at the next scan
             log.warning("Box %s/%s: exec failed (%s)", self.namespace, self.name, type(exc).__name__)
@@ -662,36 +667,60 @@ class BoxWatcher:
                else f"sent '{continue_text}'")
         return moved, how if moved else f"{how} but the screen did not change"
 
-    def _ready_conditions(self, body: dict[str, Any], conds: list[dict[str, Any]], phase: str | None,
-                          watched: bool = True) -> list[dict[str, Any]]:
-        """Ready follows the pod once the reconcile succeeded (it owns the failure reasons)."""
+    _READY_REASONS = (C.R_RECONCILED, C.R_POD_PENDING, C.R_CONTAINER_WAITING, C.R_CONTAINER_TERMINATED,
+                      C.R_CHECKING_SESSION, C.R_SESSION_MISSING)
+    """Ready reasons that follow the pod and the session; any other is the reconcile's failure, kept."""
+
+    def _ready_conditions(self, body: dict[str, Any], conds: list[dict[str, Any]], view: ContainerView,
+                          session: bool | None, watched: bool = True) -> list[dict[str, Any]]:
+        """Ready: True only when the box container runs and the tmux session exists.
+
+        ``session``: the session was seen (True), is missing (False), or was not checked (None: the
+        condition is left as it is when the container runs).
+        """
         current = next((c for c in conds if c.get("type") == C.COND_READY), None)
-        if current and current.get("reason") not in (C.R_RECONCILED, C.R_POD_PENDING):
+        if current and current.get("reason") not in self._READY_REASONS:
             return conds
         gen = (body.get("metadata") or {}).get("generation")
-        if phase == "Running":
-            return set_condition(conds, C.COND_READY, True, C.R_RECONCILED,
-                                 "Pod running; tabs are watched" if watched
-                                 else "Pod running (limit features are off for this agent)", self.rt.clock(), gen)
-        if phase is None:
+        now = self.rt.clock()
+        if not view.running:
+            return set_condition(conds, C.COND_READY, False, view.reason, view.message, now, gen)
+        if session is False:
+            return set_condition(conds, C.COND_READY, False, C.R_SESSION_MISSING,
+                                 f"Container running but it has no tmux session '{C.TMUX_SESSION}' (the image's "
+                                 "entrypoint starts it; see docs/troubleshooting.md)", now, gen)
+        if session is None:
             return conds
-        return set_condition(conds, C.COND_READY, False, C.R_POD_PENDING,
-                             f"Pod {pod_name(self.name)} is {phase}", self.rt.clock(), gen)
+        return set_condition(conds, C.COND_READY, True, C.R_RECONCILED,
+                             "Pod running; tabs are watched" if watched
+                             else "Pod running (limit features are off for this agent)", now, gen)
 
-    async def _write_ready(self, body: dict[str, Any], phase: str | None, watched: bool = True) -> None:
-        """Patch only Ready and the box state (boxes whose tabs are not watched, or pods not running)."""
+    async def _session_exists(self, pod: dict[str, Any], container: str) -> bool | None:
+        """`tmux has-session` in the box container: True/False, None when exec itself failed."""
+        try:
+            result = await self._exec_fn(pod, container)(tmux_has_session_argv())
+        except Exception as exc:  # noqa: BLE001 - exec transport errors: unknown, retried next scan
+            log.warning("Box %s/%s: exec failed (%s)", self.namespace, self.name, type(exc).__name__)
+            return None
+        return result.rc == 0
+
+    async def _write_ready(self, body: dict[str, Any], view: ContainerView, session: bool | None,
+                           watched: bool = True) -> None:
+        """Patch only Ready and the box state (boxes whose tabs are not watched, or containers not running)."""
         status = body.get("status") or {}
         conds = list(status.get("conditions") or [])
-        new = self._ready_conditions(body, conds, phase, watched)
+        new = self._ready_conditions(body, conds, view, session, watched)
         state = status.get("state")
-        if state != "Error" and phase:
-            state = "Running" if phase == "Running" else "Pending"
+        ready = next((c for c in new if c.get("type") == C.COND_READY), {})
+        if state != "Error" and (ready.get("reason") in self._READY_REASONS):
+            state = ("Running" if ready.get("status") == "True"
+                     else "NeedsAttention" if ready.get("reason") == C.R_SESSION_MISSING else "Pending")
         if new != conds or state != status.get("state"):
             await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
                                             {"conditions": new, "state": state})
 
     async def _write_status(self, body: dict[str, Any], spec: AgentBoxSpec, tabs: list[Any] | None,
-                            problem: str | None) -> None:
+                            problem: str | None, session: bool = True) -> None:
         """Patch status.tabs, state, resumeAt and the RateLimited/NeedsAttention conditions when changed."""
         records = list((self.records or {}).values())
         tab_status = [record_to_status(r, self.tab_ids.get(r.name)) for r in records]
@@ -700,7 +729,8 @@ class BoxWatcher:
         resume_ats = [r.resume_at for r in records if r.resume_at]
         now = self.rt.clock()
         gen = (body.get("metadata") or {}).get("generation")
-        conds = self._ready_conditions(body, list((body.get("status") or {}).get("conditions") or []), "Running")
+        running = ContainerView(True, "ContainerRunning", "")
+        conds = self._ready_conditions(body, list((body.get("status") or {}).get("conditions") or []), running, session)
         if limited:
             conds = set_condition(conds, C.COND_RATE_LIMITED, True, C.R_WAITING_FOR_RESET,
                                   f"{len(limited)} tab(s) wait for a usage reset", now, gen)

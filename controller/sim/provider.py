@@ -9,6 +9,8 @@ And the agents' own model calls, so the real CLIs can run against it (notes/real
   100 % whose reset is ahead (``set_windows``), the answer is the subscription 429 with the
   ``anthropic-ratelimit-unified-*`` headers (status rejected, reset, representative claim), which makes
   Claude Code print its real limit line; afterwards a short streamed text reply.
+- Who a token belongs to: ``GET /api/oauth/profile`` (Anthropic: account and organization uuids) and
+  ``GET /backend-api/me`` (ChatGPT: the user id), as the controller's identity check asks them.
 - ChatGPT-mode Codex: ``GET /backend-api/wham/accounts/check``, 426 on the WebSocket upgrade of
   ``/backend-api/codex/responses`` (Codex falls back to SSE at once), ``POST`` there (zstd body) with
   SSE replies, or the 429 ``usage_limit_reached`` with ``x-codex-*`` headers while limited. Codex only
@@ -207,6 +209,8 @@ class ProviderEmulator:
         self.app.router.add_get("/backend-api/wham/usage", self._openai_usage)
         self.app.router.add_post("/v1/messages", self._anthropic_messages)
         self.app.router.add_get("/backend-api/wham/accounts/check", self._openai_accounts_check)
+        self.app.router.add_get("/api/oauth/profile", self._anthropic_profile)
+        self.app.router.add_get("/backend-api/me", self._openai_me)
         self.app.router.add_get("/backend-api/codex/responses", self._openai_responses_upgrade)
         self.app.router.add_post("/backend-api/codex/responses", self._openai_responses)
         self.app.router.add_post("/v1/responses", self._openai_responses)
@@ -280,6 +284,10 @@ class ProviderEmulator:
         """Accept Bearer ``token`` as ``account`` (for ChatGPT also the expected ``ChatGPT-Account-Id``)."""
         self._tokens[token] = account
         self._accounts.setdefault(account, _Account())
+
+    def account_of(self, token: str | None) -> str | None:
+        """The account an access token was issued for (None when unknown or revoked)."""
+        return self._tokens.get(token) if token else None
 
     def revoke(self, token: str) -> None:
         """Forget ``token``: its next request gets 401."""
@@ -758,6 +766,29 @@ class ProviderEmulator:
         return web.json_response({"accounts": [{
             "id": account, "plan_type": acc.plan_type, "workspace_backend_origin": "NO_CONSTRAINT",
             "account_routing_override": "NO_CONSTRAINT"}]})
+
+    async def _anthropic_profile(self, request: web.Request) -> web.Response:
+        """``GET /api/oauth/profile`` (Claude Code after a login): who the OAuth token belongs to."""
+        acc, err = self._resolve(request)
+        if err is not None:
+            return err
+        account = self.account_for(request) or ""
+        return web.json_response({
+            "account": {"uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, account)), "email": f"{account}@example.com",
+                        "full_name": account, "display_name": account, "has_claude_max": True,
+                        "has_claude_pro": False},
+            "organization": {"uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, account + "/org")), "name": "Emulated Org",
+                             "organization_type": "claude_max", "billing_type": "stripe_subscription",
+                             "rate_limit_tier": "default_claude_max_5x"}})
+
+    async def _openai_me(self, request: web.Request) -> web.Response:
+        """``GET /backend-api/me`` (ChatGPT): the signed-in user of the token."""
+        acc, err = self._resolve(request)
+        if err is not None:
+            return err
+        account = self.account_for(request) or ""
+        return web.json_response({"object": "user", "id": f"user-{account}", "email": f"{account}@example.com",
+                                  "name": account})
 
     async def _openai_responses_upgrade(self, request: web.Request) -> web.Response:
         # No WebSocket transport here: 426 makes Codex fall back to SSE over POST at once.
