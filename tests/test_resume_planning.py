@@ -206,3 +206,44 @@ def test_structured_only_limit_is_remembered_past_its_reset_until_resumed():
     assert due.action == Action.CHECK_USAGE
     sent = after_usage(due.record, usage_verdict(None, None, RESET), RESET + timedelta(seconds=11), CFG).record
     assert plan_tab(sent, IDLE, None, RESET + timedelta(seconds=40), CFG).record.phase == Phase.IDLE
+
+
+# ------------------------------------------------------------------ one limit, one identity (issue 13)
+
+def test_exact_structured_reset_dropping_out_at_the_reset_is_the_same_limit():
+    """Before the reset the structured data gives the exact instant (14:00:47); at the reset it drops
+    out and the screen's minute-rounded time (14:00) takes over. Same limit: no second LimitDetected
+    with a past reset, and the resume still waits for the exact reset plus the margin."""
+    exact = RESET + timedelta(seconds=47)
+    structured = limited(reset=exact, detected_by="structured:statusline+pattern:x")
+    first = plan_tab(TabRecord("t"), structured, None, T0, CFG)
+    assert first.event == "LimitDetected" and first.record.resume_at == exact + timedelta(seconds=10)
+    screen_only = limited(reset=RESET)  # what the screen alone says once the exact reset is past
+    at_reset = exact + timedelta(seconds=3.8)
+    plan = plan_tab(first.record, screen_only, None, at_reset, CFG)
+    assert plan.event is None, plan
+    assert plan.action == Action.NONE and plan.wake_at == exact + timedelta(seconds=10)
+    assert plan.record.resets_at == exact
+
+
+def test_a_different_reset_minute_is_a_different_limit():
+    first = plan_tab(TabRecord("t"), limited(reset=RESET), None, T0, CFG)
+    plan = plan_tab(first.record, limited(reset=RESET + timedelta(hours=5)), None, T0 + timedelta(minutes=1), CFG)
+    assert plan.event == "LimitDetected"
+
+
+def test_wait_chosen_in_the_menu_is_never_typed_over():
+    """The menu was open (resume planned for reset + margin); a person chose "Wait here, then continue
+    automatically": the same limit now announces the native wait, so the controller gives it the grace."""
+    menu = plan_tab(TabRecord("t"), limited(limit_menu=True, menu_choice=1), None, T0, CFG,)
+    waiting = plan_tab(menu.record, limited(auto_continue=True), None, T0 + timedelta(seconds=5), CFG)
+    assert waiting.event is None
+    assert waiting.record.resume_at == RESET + timedelta(seconds=60 + 120)
+    assert plan_tab(waiting.record, limited(auto_continue=True), None, RESET + timedelta(seconds=30),
+                    CFG).action == Action.NONE
+
+
+def test_cancelled_native_wait_is_resumed_at_the_reset_not_after_the_grace():
+    armed = plan_tab(TabRecord("t"), limited(auto_continue=True), None, T0, CFG)
+    cancelled = plan_tab(armed.record, limited(auto_continue=False), None, T0 + timedelta(seconds=5), CFG)
+    assert cancelled.record.resume_at == RESET + timedelta(seconds=10)

@@ -108,8 +108,14 @@ class TabPlan:
 
 
 def limit_key(det: Detection) -> str:
-    """Stable identity of a limit event: the evidence line and its reset (12 hex chars)."""
-    basis = f"{det.evidence or ''}|{det.resets_at.isoformat() if det.resets_at else ''}|{det.kind}"
+    """Stable identity of a limit event: the evidence line, its kind and its reset minute (12 hex chars).
+
+    The reset counts to the minute only: the same limit read from structured data (exact to the
+    second) and from the screen (rounded down to the minute, once the exact reset has dropped out
+    of the structured data at the reset) keeps one identity.
+    """
+    minute = det.resets_at.replace(second=0, microsecond=0).isoformat() if det.resets_at else ""
+    basis = f"{det.evidence or ''}|{minute}|{det.kind}"
     return hashlib.sha256(basis.encode()).hexdigest()[:12]
 
 
@@ -199,7 +205,16 @@ def plan_tab(rec: TabRecord, det: Detection, last_input_at: datetime | None, now
         return _new_event(rec, det, key, now, cfg, resume_enabled, came_back=came_back)
 
     # Known event: refresh what the screen shows and see whether it is due.
-    rec = replace(rec, auto_continue=det.auto_continue, detected_by=det.detected_by)
+    if det.auto_continue != rec.auto_continue and rec.resume_at is not None:
+        # The native wait was armed since (a person chose "Wait here, then continue automatically")
+        # or cancelled: its due time follows, from the reset first recorded (exact when structured).
+        basis = replace(det, resets_at=rec.resets_at or det.resets_at,
+                        detected_by=rec.detected_by if (rec.detected_by or "").startswith("structured:")
+                        else det.detected_by)
+        rec = replace(rec, resume_at=_due_at(basis, now, cfg))
+    rec = replace(rec, auto_continue=det.auto_continue,
+                  detected_by=det.detected_by if det.resets_at == rec.resets_at or not
+                  (rec.detected_by or "").startswith("structured:") else rec.detected_by)
     return _schedule(rec, det, now, cfg, resume_enabled)
 
 
