@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from controller.domain.resume import (
-    Action, Phase, ResumeConfig, TabRecord, after_usage, plan_tab, usage_verdict,
+    Action, Phase, ResumeConfig, TabRecord, after_usage, next_pass_in, plan_tab, usage_verdict,
 )
 from controller.domain.types import Detection, LimitKind, TabState, Usage, Window
 
@@ -207,6 +207,96 @@ def test_structured_only_limit_is_remembered_past_its_reset_until_resumed():
     sent = after_usage(due.record, usage_verdict(None, None, RESET), RESET + timedelta(seconds=11), CFG).record
     assert plan_tab(sent, IDLE, None, RESET + timedelta(seconds=40), CFG).record.phase == Phase.IDLE
 
+
+# ---- issue 9, finding 5: no pass at 0 s for a state that does not change; events on change only
+
+def _passes(rec: TabRecord, det: Detection, start: datetime, n: int = 5, step_s: float = 1.0):
+    """Plan the same screen `n` times, `step_s` apart, feeding each record into the next pass."""
+    plans = []
+    for i in range(n):
+        plan = plan_tab(rec, det, None, start + timedelta(seconds=i * step_s), CFG)
+        plans.append(plan)
+        rec = plan.record
+    return plans
+
+
+@pytest.mark.parametrize("det,event", [
+    (limited(prompt_text="fix the par"), "PromptNotEmpty"),
+    (limited(limit_menu=True, menu_choice=None), "NeedsAttention"),
+], ids=["half-typed-line", "menu-without-stop"])
+def test_a_tab_held_for_a_human_is_announced_once_and_never_scheduled_in_the_past(det, event):
+    rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
+    start = RESET + timedelta(minutes=5)
+    plans = _passes(rec, det, start)
+    assert [p.event for p in plans] == [event, None, None, None, None]
+    for i, plan in enumerate(plans):
+        now = start + timedelta(seconds=i)
+        assert plan.action == Action.NONE and plan.record.phase == Phase.NEEDS_ATTENTION
+        assert plan.record.resume_at is None, "no resume instant left behind in the past"
+        assert plan.wake_at is None or plan.wake_at > now
+        assert next_pass_in([plan.wake_at], now, 5.0) > 0
+
+
+def test_a_parked_tab_counts_sends_and_stays_quiet():
+    rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
+    now = RESET + timedelta(seconds=11)
+    sends = 0
+    while True:
+        plan = plan_tab(rec, limited(), None, now, CFG)
+        if plan.action == Action.CHECK_USAGE:
+            rec = after_usage(plan.record, usage_verdict(None, None, now), now, CFG).record
+            sends += 1
+            now += timedelta(seconds=CFG.settle_s + 1)   # the same line is still there after the settle time
+            continue
+        rec = plan.record
+        if rec.phase == Phase.NEEDS_ATTENTION:
+            break
+        now += timedelta(seconds=1)
+    assert sends == CFG.max_attempts and rec.attempts == sends
+    assert plan.event == "ResumeNotTakingEffect" and f"after {sends} resumes" in rec.message
+    later = _passes(rec, limited(), now + timedelta(seconds=5), n=80)
+    assert all(p.event is None and p.action == Action.NONE for p in later)
+    assert later[-1].record == rec, "nothing is re-counted while parked"
+
+
+def test_next_pass_in_is_never_zero():
+    assert next_pass_in([], T0, 5.0) == 5.0
+    assert next_pass_in([None, T0 + timedelta(seconds=2)], T0, 5.0) == 2.0
+    assert next_pass_in([T0 + timedelta(seconds=60)], T0, 5.0) == 5.0
+    assert next_pass_in([T0 - timedelta(seconds=30), T0], T0, 5.0) == 1.0
+    assert next_pass_in([T0 - timedelta(seconds=30)], T0, 0.5) == 0.5
+
+
+# ---- issue 9, finding 5: no value from a screen, a box file or a provider can crash the watcher
+
+Y9999 = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("auto", [False, True], ids=["margin", "auto-continue-grace"])
+def test_a_reset_in_year_9999_on_screen_is_unknown_not_a_crash(auto):
+    det = limited(reset=Y9999, auto_continue=auto, detected_by="structured:statusline")
+    plan = plan_tab(TabRecord("t"), det, None, T0, CFG)
+    assert plan.record.resets_at is None
+    assert plan.action == Action.CHECK_USAGE, "unknown reset: the usage read decides"
+    assert next_pass_in([plan.wake_at], T0, 5.0) > 0
+
+
+def test_a_reset_in_year_9999_from_the_provider_is_unknown_not_a_crash():
+    rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
+    due = RESET + timedelta(seconds=11)
+    usage = Usage({"five_hour": Window("five_hour", 100.0, Y9999)}, read_at=due)
+    verdict = usage_verdict(usage, "five_hour", due)
+    assert verdict.reset and not verdict.known
+    plan = after_usage(rec, verdict, due, CFG)   # the screen's reset passed: resume, within max_attempts
+    assert plan.record.phase == Phase.RESUMING
+
+
+def test_a_structured_reset_in_year_9999_is_ignored():
+    from controller.domain.signals import merge
+
+    usage = Usage({"five_hour": Window("five_hour", 100.0, Y9999)}, read_at=T0)
+    assert merge(IDLE, usage, "statusline", T0) == IDLE
+    assert merge(limited(), usage, "statusline", T0) == limited()
 
 # ------------------------------------------------------------------ one limit, one identity (issue 13)
 

@@ -12,6 +12,7 @@ from controller.handlers.registry import REGISTRY
 from controller import constants as C
 from controller import metrics
 from controller.handlers.daemons import existence_check, poster, run_passes
+from controller.events import ObjectRef
 from controller.runtime import Runtime
 from controller.service.boxes import reconcile_box
 from controller.service.tabs import BoxWatcher
@@ -24,8 +25,9 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: An
     """Create the box credentials Secret and pod; report conditions; wake the tab watcher."""
     rt: Runtime = memo.runtime
     outcome = await reconcile_box(dict(body), rt)
+    post = poster(memo, body)
     for type_, reason, message in outcome.events:
-        kopf.event(body, type=type_, reason=reason, message=message)
+        post(type_, reason, message)
     patch.status.update(outcome.status)
     rt.wakeup(body.metadata.namespace, body.metadata.name).set()
     if outcome.retry_after:
@@ -51,7 +53,7 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     rt: Runtime = memo.runtime
     ns, name = body.metadata.namespace, body.metadata.name
 
-    watcher = BoxWatcher(rt, ns, name, poster(body))
+    watcher = BoxWatcher(rt, ns, name, poster(memo, body))
     try:
         await run_passes(lambda: watcher.tick(dict(body)), rt.wakeup(ns, name), stopped,
                          rt.settings.scan_interval_s, logger, "Tab watch",
@@ -59,3 +61,4 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     finally:
         rt.wakeups.pop((ns, name), None)
         metrics.forget_box(ns, name)
+        rt.events.forget(ObjectRef.of(body))  # deleted, or the process stops: its Event memory goes too

@@ -46,11 +46,10 @@ async def run_passes(tick: Callable[[], Awaitable[float]], wake: asyncio.Event, 
                 pass
 
 
-def poster(body: kopf.Body) -> Callable[[str, str, str], Any]:
-    """A function posting Kubernetes Events on `body`: (type Normal|Warning, reason, message)."""
-    def post(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message)
-    return post
+def poster(memo: kopf.Memo, body: kopf.Body) -> Callable[[str, str, str], Any]:
+    """A function posting Kubernetes Events on `body`: (type Normal|Warning, reason, message),
+    through the runtime's one deduplicating poster (`controller.events`)."""
+    return memo.runtime.poster(body)
 
 
 def existence_check(rt: Any, plural: str, namespace: str, name: str, uid: str | None) -> Callable[[], Awaitable[bool]]:

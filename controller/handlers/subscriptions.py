@@ -23,8 +23,9 @@ async def validate(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any
     """Check the Secret and login file; set CredentialsValid and the threshold sentence."""
     rt: Runtime = memo.runtime
     status, events = await validate_subscription(dict(body), rt)
+    post = poster(memo, body)
     for type_, reason, message in events:
-        kopf.event(body, type=type_, reason=reason, message=message)
+        post(type_, reason, message)
     patch.status.update(status)
     rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name).set()
 
@@ -51,7 +52,7 @@ async def read_usage(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     rt: Runtime = memo.runtime
     ns, name = body.metadata.namespace, body.metadata.name
 
-    reader = SubscriptionReader(rt, ns, name, poster(body))
+    reader = SubscriptionReader(rt, ns, name, poster(memo, body))
     try:
         await run_passes(lambda: reader.tick(dict(body)), rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + ns, name), stopped,
                          rt.settings.usage_interval_s, logger, "Usage read",

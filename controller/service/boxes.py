@@ -16,6 +16,7 @@ from controller import constants as C
 from controller.conditions import get_condition, set_condition
 from controller.domain import boxpolicy
 from controller.domain.podstate import box_container_view
+from controller.domain.podtemplate import container_problem, template_problem
 from controller.kube.objects import NotOwned, TemplateError, box_container, make_box_secret, make_pod, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
 from controller.runtime import Runtime
@@ -104,6 +105,11 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
         spec = AgentBoxSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         return _fail(body, rt, C.R_INVALID_SPEC, validation_message(exc), retry=None)
+    # The template's shape first (the CRD leaves it open), and a spec.container that names one of its
+    # containers (else the watcher never finds its tmux and the box would stay Pending forever).
+    problem = template_problem(spec.template) or container_problem(spec.template, spec.container)
+    if problem:
+        return _fail(body, rt, C.R_INVALID_SPEC, problem, retry=None)
     # The box policy, before anything is read or written for the box: a refused template gets no pod and
     # no credentials Secret (the same rules run at admission, see controller/domain/boxpolicy.py).
     policy = box_policy(rt.settings)

@@ -21,7 +21,8 @@ from controller import constants as C
 from controller import metrics
 from controller.conditions import rfc3339, set_condition
 from controller.domain.resume import (
-    Action, Phase, ResumeConfig, TabPlan, TabRecord, after_usage, limit_key, plan_tab, stall_plan, usage_verdict,
+    Action, Phase, ResumeConfig, TabPlan, TabRecord, after_usage, limit_key, next_pass_in, plan_tab, stall_plan,
+    usage_verdict,
 )
 from controller.domain.signals import last_lines, merge
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
@@ -29,6 +30,7 @@ from controller.domain.types import Detection, LimitKind, TabState
 from controller.kube.exec import owned_exec
 from controller.kube.objects import NotOwned, box_container, make_box_secret, owned_by, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
+from controller.redact import STATUS_MESSAGE_MAX, bounded
 from controller.service import boxfiles
 from controller.runtime import Runtime
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
@@ -70,7 +72,8 @@ def record_to_status(rec: TabRecord, tab_id: str | None) -> dict[str, Any]:
     out = {
         "name": rec.name, "id": tab_id, "state": rec.phase.value,
         "resetsAt": rfc3339(rec.resets_at), "resumeAt": rfc3339(rec.resume_at),
-        "detectedBy": rec.detected_by, "message": rec.message, "lastInputAt": rfc3339(rec.last_input_at),
+        "detectedBy": rec.detected_by, "message": bounded(rec.message, STATUS_MESSAGE_MAX) if rec.message else None,
+        "lastInputAt": rfc3339(rec.last_input_at),
         "limitKey": rec.limit_key, "sentFor": rec.sent_for, "sentAt": rfc3339(rec.sent_at),
         "attempts": rec.attempts, "stoppedByReserve": rec.stopped_by_reserve or None,
     }
@@ -116,7 +119,7 @@ class BoxWatcher:
         self.rt = rt
         self.namespace = namespace
         self.name = name
-        self.post_event = self._notifying(post_event)
+        self.post_event = post_event  # controller.events: deduplicated; also the webhook and the metric
         self.records: dict[str, TabRecord] | None = None
         self.tab_ids: dict[str, str] = {}
         self._last_status: dict[str, Any] | None = None
@@ -125,7 +128,7 @@ class BoxWatcher:
             margin_s=s.resume_margin_s, human_idle_s=s.human_idle_s, auto_continue_grace_s=s.auto_continue_grace_s,
             settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
         )
-        self._pattern_error: str | None = None
+        self._pattern_errors: set[str] = set()   # invalid user patterns already reported
         self.current: str | None = None          # subscription the box runs on (status.subscription)
         self.next_sub: str | None = None
         self.group_exhausted = False
@@ -136,21 +139,6 @@ class BoxWatcher:
         self._squatter: str | None = None        # message of the PodNotOwned Event already posted
         self.sub_problem: str | None = None
         self.seen: dict[str, tuple[int, datetime]] = {}   # tab -> (screen hash, unchanged since)
-
-    _NOTIFY = {"Resumed": "resume", "Switched": "switch", "ReserveReached": "reserve",
-               "PromptNotEmpty": "needs_attention", "ResumeNotTakingEffect": "needs_attention",
-               "Stalled": "needs_attention", "OutOfCredits": "needs_attention", "NeedsAttention": "needs_attention",
-               "RotationGroupExhausted": "needs_attention", "SubscriptionNotFound": "needs_attention"}
-
-    def _notifying(self, post_event: EventFn) -> EventFn:
-        """Events always; the optional webhook too for resume, switch, reserve and needs-attention."""
-        def post(type_: str, reason: str, message: str) -> None:
-            post_event(type_, reason, message)
-            kind = self._NOTIFY.get(reason)
-            notifier = self.rt.notifier
-            if kind and notifier is not None and getattr(notifier, "enabled", False):
-                notifier.schedule(kind, self.namespace, self.name, message)
-        return post
 
     # ------------------------------------------------------------------ one pass
     async def tick(self, body: dict[str, Any]) -> float:
@@ -210,7 +198,7 @@ class BoxWatcher:
         dets = await self._structured(term, spec, dets, now)
         await self._subscriptions(term, tabs, dets, inputs, spec, body, now)
         resume_on = spec.when_agent_stops.resume_after_reset and not self.reserved
-        wake: list[datetime] = []
+        wake: list[datetime | None] = []
         live_names = set()
         plans: dict[str, TabPlan] = {}
         for tab in tabs:
@@ -234,20 +222,13 @@ class BoxWatcher:
             plans.update(await self._resume_due(term, due, spec, body, tz, patterns, plans))
         for plan in plans.values():
             self.records[plan.record.name] = plan.record
-            if plan.wake_at:
-                wake.append(plan.wake_at)
-            elif plan.record.resume_at:
-                wake.append(plan.record.resume_at)
+            wake.append(plan.wake_at)
         for gone in set(self.records) - live_names:
             del self.records[gone]
         await self._consume_annotations(annotations)
         await self._write_status(body, spec, tabs, self.sub_problem)
 
-        now = self.rt.clock()
-        delay = s.scan_interval_s
-        for at in wake:
-            delay = min(delay, max(0.0, (at - now).total_seconds()))
-        return delay
+        return next_pass_in(wake, self.rt.clock(), s.scan_interval_s)
 
     # ------------------------------------------------------------------ structured signals (level 1)
     async def _structured(self, term: BoxTerminal, spec: AgentBoxSpec, dets: dict[str, Detection],
@@ -486,15 +467,17 @@ class BoxWatcher:
         from controller.domain.detection import InvalidPattern, compile_user_pattern
 
         out = []
+        errors: set[str] = set()
         for i, pat in enumerate(spec.detection.patterns):
             try:
                 out.append(compile_user_pattern(pat.regex, kind=pat.kind,
                                                 field_path=f"spec.detection.patterns[{i}].regex"))
             except InvalidPattern as exc:
                 msg = str(exc)
-                if msg != self._pattern_error:
-                    self._pattern_error = msg
+                errors.add(msg)
+                if msg not in self._pattern_errors:  # once per pattern while it stays broken, not per scan
                     self.post_event("Warning", "InvalidPattern", msg)
+        self._pattern_errors = errors
         return out
 
     def _detect(self, agent: str, screen: str, now: datetime, tz: str, patterns: list[Any]) -> Detection:
