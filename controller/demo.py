@@ -423,11 +423,19 @@ async def _keep(w: Any, ok: bool) -> None:
     for box in ("claude-box", "rotate-box", "reserve-box"):
         print(f"  tmux -S {w.sockets(w.namespace, box)} attach -t ={C.TMUX_SESSION}   # {box} (detach: Ctrl-b d)")
     sys.stdout.flush()
+    import signal
+
+    # Ctrl-C (or SIGTERM) ends the wait; the caller then stops the operator and the emulators as usual.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await asyncio.Event().wait()
-    except asyncio.CancelledError:
-        print("\nStopping the emulated cluster.")
-        raise
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    print("\nStopping the emulated cluster.", flush=True)
 
 
 def _observe(w: Any, timeline: Timeline, cast: Cast, scenes: Scenes | None = None) -> None:
@@ -489,10 +497,7 @@ def run_demo(real_agents: bool = False, verbose: bool = False, keep: bool = Fals
           "its reserve and\nrestores it at the reset.\n")
     timeline = Timeline()
     with tempfile.TemporaryDirectory(prefix="agentbox-demo-", dir=_demo_tmp(real_agents), ignore_cleanup_errors=True) as tmp:
-        try:
-            ok = asyncio.run(_play(cast, Path(tmp), timeline, lead_s=30.0 if real_agents else 20.0, keep=keep))
-        except KeyboardInterrupt:  # --keep ends with Ctrl-C; the checks were printed already
-            ok = bool(timeline.passed)
+        ok = asyncio.run(_play(cast, Path(tmp), timeline, lead_s=30.0 if real_agents else 20.0, keep=keep))
     return 0 if ok else 1
 
 
