@@ -1,7 +1,7 @@
-"""Command line: `agentbox-controller run | demo | detect | usage | crds`.
+"""Command line: `agentbox-controller run | demo | status | detect | usage | crds`.
 
-Exit codes: 0 done; 2 bad arguments or settings; 3 no cluster reachable (`run`); `detect --exit-code`
-has its own (see `detect --help`).
+Exit codes: 0 done; 2 bad arguments or settings; 3 no cluster reachable (`run`, `status`); 4 the CRDs are
+missing or not readable (`status`); `detect --exit-code` has its own (see `detect --help`).
 """
 
 from __future__ import annotations
@@ -172,8 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     crds.set_defaults(func=_crds)
 
     from controller.cli_detect import add_detect_parser
+    from controller.cli_status import add_status_parser
     from controller.cli_usage import add_usage_parser
 
+    add_status_parser(sub)
     add_detect_parser(sub)
     add_usage_parser(sub)
     return parser

@@ -97,6 +97,7 @@ class SubscriptionStatus(_Model):
     read_at: Instant | None = Field(None, description="When the windows were read (UTC RFC 3339).")
     state: SubscriptionState | None = Field(None, description="Available | Exhausted | Reserved | Disconnected | Unknown.")
     reserved_until: Instant | None = Field(None, description="While Reserved: the reset that lifts the reserve (UTC RFC 3339).")
+    login_expires_at: Instant | None = Field(None, description="When the subscription's current access token expires (UTC RFC 3339); the controller renews it `settings.loginRefreshBeforeS` earlier.")
     threshold: str | None = Field(None, description="The reserve in a sentence.")
     message: str | None = Field(None, description="Latest state in a sentence.")
     conditions: list[Condition] = Field(default_factory=list, description="CredentialsValid, UsageFetched.",

@@ -20,7 +20,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -52,27 +51,8 @@ _TITLES: dict[str, tuple[str, str]] = {
 # Kinds about a Subscription rather than an AgentBox (the generic body names it `subscription`).
 SUBSCRIPTION_KINDS = frozenset({"disconnected"})
 
-# Things that look like credentials: provider keys, OAuth/JWT tokens, bearer headers, URL secrets.
-_SECRET_PATTERNS = [
-    re.compile(r"sk-[A-Za-z0-9_\-]{8,}"),                        # Anthropic / OpenAI keys (sk-ant-..., sk-proj-...)
-    re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{4,}(?:\.[A-Za-z0-9_\-]*)?"),  # JWTs (id_token, access_token)
-    re.compile(r"(?i)\b(bearer)(\s+)[^\s\"',}]+"),                   # Authorization header values
-    re.compile(r"(?i)\b(token|access_token|refresh_token|id_token|api[_-]?key|password|secret)(\"?\s*[=:]\s*\"?)"
-               r"[^\s\"',}]+"),                                     # key=value / "key": "value"
-    re.compile(r"https?://[^\s\"']*hooks?\.[^\s\"']+"),         # webhook URLs (hooks.slack.com/...)
-    # long opaque runs mixing cases and digits (Kubernetes names are lowercase, so they are kept)
-    re.compile(r"(?=[A-Za-z0-9_\-]*[A-Z])(?=[A-Za-z0-9_\-]*[a-z])(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{32,}"),
-]
-
-
-def redact(text: str) -> str:
-    """`text` with anything that looks like a credential replaced by `[redacted]`."""
-    for pattern in _SECRET_PATTERNS:
-        if pattern.groups >= 2:
-            text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", text)
-        else:
-            text = pattern.sub("[redacted]", text)
-    return text
+# One redactor for Events, status, logs and webhooks (re-exported here for the notifier's callers).
+from controller.redact import redact  # noqa: E402
 
 
 class _Retryable(Exception):

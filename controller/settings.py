@@ -67,6 +67,8 @@ class Settings(BaseSettings):
     anthropic_token_url: str = Field("https://platform.claude.com/v1/oauth/token", description="Claude Code's OAuth token endpoint (login refresh).")
     openai_token_url: str = Field("https://auth.openai.com/oauth/token", description="Codex's OAuth token endpoint (login refresh).")
     # --- end login lifecycle
+    event_refresh_s: float = Field(60.0, gt=0, description="Shortest period between two writes of a repeated Event's count (repeats are counted, not re-posted).")
+    event_quiet_s: float = Field(600.0, gt=0, description="A repeated Event that was quiet this long is announced again (the webhook too).")
     # --- box policy (controller/domain/boxpolicy.py, docs/security.md); the chart sets these from `boxPolicy`
     box_policy: bool = Field(True, description="Check every AgentBox pod template against the box policy (Pod Security restricted, no API token, allow-lists below) before creating its pod, and default the restricted profile's required fields.")
     box_policy_service_accounts: list[str] = Field(default_factory=list, description="ServiceAccounts a box pod may run as besides `default` (JSON list).")

@@ -11,6 +11,7 @@ import pytest
 
 from controller import constants as C
 from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv
+from test_box_policy import restricted_problems
 
 pytestmark = pytest.mark.component
 
@@ -68,6 +69,7 @@ async def test_privileged_template_gets_no_pod_and_one_warning_while_a_healthy_b
     assert {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}.items() <= spec["securityContext"].items()
     assert spec["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False,
                                                         "capabilities": {"drop": ["ALL"]}}
+    assert restricted_problems(spec) == [], "the pod as created (credentials volume included) is restricted"
 
     # The author fixes the template: the pod comes, the condition clears.
     fixed = {"spec": {"containers": [PRIVILEGED["spec"]["containers"][0]]}}

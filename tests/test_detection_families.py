@@ -212,3 +212,22 @@ def test_not_a_stop(agent, line):
     result = detect(agent, screen, at("2026-05-01T10:00:00Z"), "UTC")
     assert result.state is not TabState.RATE_LIMITED, result.to_json()
     assert result.auto_continue is False
+
+
+def test_wait_here_chosen_in_the_menu_is_the_native_wait_even_without_the_footer():
+    """Claude Code 2.1.332 after a person chose "Wait here, then continue automatically": the slash
+    command echo and the agent's confirmation (real capture, footer left out)."""
+    screen = ("❯ write hello\n  ⎿  You've hit your 5-hour limit · resets 10:43am (UTC)\n❯ /rate-limit-options\n"
+              "  ⎿  Claude Code will continue automatically at 10:43am. Keep this session open; it may still pause "
+              "for permission prompts.\n" + RULE + "\n❯\n" + RULE + "\n  ⏸ manual mode on · ? for shortcuts")
+    result = detect("claude-code", screen, at("2026-12-01T10:42:00Z"), "UTC")
+    check(result, TabState.RATE_LIMITED, LimitKind.USAGE, "2026-12-01T10:43:00Z", "five_hour", auto=True)
+
+
+def test_codex_0_171_composer_above_a_warnings_footer_row():
+    """Codex 0.171.0 sometimes draws "⚠ 2 warnings · f2 to view" alone on the last row (real capture):
+    the composer above it is still the input box."""
+    screen = ("  >_ OpenAI Codex (v0.171.0)\n     ~\n\n› write hello\n\n  gpt-5.1-codex medium · ~\n"
+              + " " * 134 + "⚠ 2 warnings · f2 to view")
+    result = detect("codex", screen, at("2026-12-01T10:00:00Z"), "UTC")
+    assert result.state is TabState.IDLE and result.prompt_text == "write hello", result.to_json()

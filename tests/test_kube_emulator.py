@@ -312,6 +312,17 @@ async def test_date_time_format_and_list_map_keys_are_enforced(kube: KubeEmulato
     assert kube.get(PLURAL, "default", "m")["spec"]["parts"] == parts
 
 
+async def test_a_deleted_crd_is_no_longer_served_and_its_objects_go(kube: KubeEmulator,
+                                                                  http: aiohttp.ClientSession) -> None:
+    status, _ = await call(http, "POST", WIDGETS, widget("w"))
+    assert status == 201
+    status, _ = await call(http, "DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}")
+    assert status == 200
+    status, _ = await call(http, "GET", WIDGETS)
+    assert status == 404
+    assert not [k for k in kube._store if k[0].plural == PLURAL]
+
+
 async def test_pods_start_pending_and_the_kubelet_is_played(kube: KubeEmulator, http: aiohttp.ClientSession) -> None:
     _, created = await call(http, "POST", PODS, pod("p"))
     assert created["status"] == {"phase": "Pending"}

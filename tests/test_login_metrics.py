@@ -1,6 +1,6 @@
 """Login metrics with the real operator: `agentbox_login_refreshes_total` counts each refresh by result and
-`agentbox_login_expiry_timestamp_seconds` follows the login the Secret holds (the AgentboxLoginExpiringSoon
-alert reads it)."""
+`agentbox_login_expiry_timestamp_seconds` and the Subscription's `status.loginExpiresAt` follow the login the
+Secret holds (the AgentboxLoginExpiringSoon alert and `kubectl agentbox status` read them)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,12 @@ async def test_refreshes_are_counted_by_result_and_the_expiry_follows_the_secret
                 _value(metrics.LOGIN_EXPIRY, "default", "shared") == login.expires_at.timestamp()
 
         await eventually(expiry_is_the_secrets, 15, what="the expiry gauge follows the renewed login")
+
+        def status_shows_it() -> bool:
+            login = parse_login("openai", secret_text(world, "login-shared", KEY["openai"]))
+            return sub_status(world, "shared").get("loginExpiresAt") == login.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        await eventually(status_shows_it, 15, what="status.loginExpiresAt (shown by `status`)")
         assert sub_status(world, "shared").get("state") == "Available"
     finally:
         metrics.forget_subscription("default", "shared")

@@ -37,6 +37,11 @@ JUSTIFIED: dict[tuple[str, str, str], str] = {
     # The API server authorizes pod exec as `create` for SPDY clients and, since Kubernetes 1.30's
     # WebSocket exec (KEP-4006), checks `create` too; the emulator journal shows the WebSocket GET.
     ("", "pods/exec", "create"): "exec authorization",
+    # controller/events.py: a repeated Event is patched (count, lastTimestamp) once its refresh period
+    # ends, and a restarted controller reads the count of an Event it posted before (create -> 409);
+    # both are exercised by tests/test_events.py against a store that behaves like the API server.
+    ("", "events", "patch"): "repeated Event count",
+    ("", "events", "get"): "Event count after a restart",
 }
 # Requests only the namespaced mode makes (kopf follows its namespaces); cluster-wide mode never lists
 # namespaces, so its ClusterRole leaves them out.

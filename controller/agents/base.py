@@ -95,7 +95,7 @@ OWNER = r"(?:your|the|its|their|this|all(?:\s+of)?\s+your)"
 SCOPE = r"(?P<window>(?:[\w.\-/+" + APOS[1:-1] + r"]+\s+){0,4}?)"
 LIMIT_NOUN = r"(?:(?:usage|rate|message|plan|request|token)\s+)?(?:limit|quota|allowance)s?\b"
 # "continuing automatically", "set to continue automatically" (2.1.332), "will resume automatically"
-AUTO_CONTINUE = (r"(?:(?:claude|codex|it|we|this\s+task)\s+)?(?:(?:is|are)\s+)?(?:set\s+to\s+|going\s+to\s+|will\s+)?"
+AUTO_CONTINUE = (r"(?:(?:claude(?:\s+code)?|codex|it|we|this\s+(?:task|session))\s+)?(?:(?:is|are)\s+)?(?:set\s+to\s+|going\s+to\s+|will\s+)?"
                  r"(?:continu(?:e|es|ing)|resum(?:e|es|ing))\s+automatically\b"
                  r"(?!\s+(?:at|when|on)\s+(?:the\s+|a\s+)?(?:usage\s+)?limit)")
 # words that introduce the reset's time expression; the text after one is parsed by timeparse

@@ -59,6 +59,7 @@ _COMPOSER = re.compile(r"^[›▌](?:\s+(?P<text>.*))?$")
 _NUMBERED = re.compile(r"^[›▌]\s*\d{1,2}[.)]\s")
 _FOOTER = re.compile(
     r"context left|for shortcuts|⏎|\bsend\b.*\bnewline\b|tab to queue|to interrupt|"
+    r"\bwarnings?\s*·\s*f\d{1,2} to view|"  # 0.171: "⚠ 2 warnings · f2 to view" alone on the last row
     r"^\s*(?:gpt|o\d|codex)-[\w.-]+\s",
     re.IGNORECASE,
 )
@@ -83,7 +84,7 @@ def parse_input(rows: Sequence[ScreenLine]) -> InputBox | None:
         if row.kind != "text":
             continue
         if not _COMPOSER.match(row.text) or _NUMBERED.match(row.text):
-            if _OUTPUT.match(row.text):
+            if _OUTPUT.match(row.text) and not _FOOTER.search(row.text):
                 return None  # output below any composer candidate: no composer on the bottom
             continue
         end = pos
@@ -91,7 +92,7 @@ def parse_input(rows: Sequence[ScreenLine]) -> InputBox | None:
                 and not _OUTPUT.match(rows[end + 1].text):
             end += 1
         tail = [r for r in rows[end + 1:] if r.kind == "text"]
-        if len(tail) > 4 or any(_OUTPUT.match(r.text) for r in tail):
+        if len(tail) > 4 or any(_OUTPUT.match(r.text) and not _FOOTER.search(r.text) for r in tail):
             return None
         m = _COMPOSER.match(row.text)
         parts = [(m.group("text") or "") if m else ""] + [r.text for r in rows[pos + 1:end + 1]]

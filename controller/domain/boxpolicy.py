@@ -25,7 +25,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 # ---------------------------------------------------------------------------------------------- constants

@@ -332,6 +332,7 @@ class _Info:
     user: bool = False
 
 
+_SLASH_ECHO = re.compile(r"^[>❯›]\s*/[\w-]+(?:\s|$)")
 _PREFIX = re.compile(r"^[\s⎿●⏺■🖐\ufe0f⚠•◦>❯›│▌✗✘×!*\-]*")
 _QUOTES_OPEN = "“«‘"
 _OPTION = re.compile(r"^(?P<cursor>[❯›>▸▶]\s*)?(?P<num>\d{1,2})[.)]\s+(?P<text>.+)$")
@@ -516,7 +517,8 @@ def _classify(
     info.limit_menu = any(p.search(text) for p in profile.limit_menu)
     if info.event is None and not info.working and not info.awaiting and not info.option and not line.in_box:
         if profile.user_echo is not None and profile.user_echo.match(stripped):
-            info.user = True
+            # a slash command ("❯ /rate-limit-options") is no new turn: it leaves the limit standing
+            info.user = not _SLASH_ECHO.match(stripped)
         elif profile.progress is not None and profile.progress.match(stripped):
             info.progress = True
     return info

@@ -65,10 +65,15 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
 
     from controller.notify import Notifier
 
+    from controller.events import Recorder
+
     notifier = getattr(memo, "notifier", None) or Notifier.from_env()
-    memo.runtime = Runtime(settings=ops, kube=Kube(api), usage=UsageCache(reader),
-                           exec=exec_override or run_exec, notifier=notifier,
-                           clock=getattr(memo, "clock", None) or utcnow)
+    clock = getattr(memo, "clock", None) or utcnow
+    kube = Kube(api)
+    memo.runtime = Runtime(settings=ops, kube=kube, usage=UsageCache(reader),
+                           exec=exec_override or run_exec, notifier=notifier, clock=clock,
+                           events=Recorder(kube, notifier, clock, refresh_s=ops.event_refresh_s,
+                                           quiet_s=ops.event_quiet_s))
     memo.reader = reader
     if ops.metrics_port and not getattr(memo, "no_metrics", False):
         from prometheus_client import start_http_server
@@ -86,5 +91,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if reader is not None:
         await reader.close()
     runtime = getattr(memo, "runtime", None)
+    if runtime is not None:
+        await runtime.events.aclose()
     if runtime is not None and runtime.notifier is not None:
         await runtime.notifier.aclose()

@@ -145,17 +145,18 @@ def make_pod(body: dict[str, Any], template: dict[str, Any], agent: str, with_cr
     root-owned, and an image running as non-root could not read them otherwise).
 
     Raises:
-        TemplateError: the template has no containers or a container has no name.
+        TemplateError: the template is not shaped like a PodTemplateSpec (`template_problem`); the
+            message names the field.
     """
+    from controller.domain.podtemplate import template_problem
+
+    problem = template_problem(template)
+    if problem:
+        raise TemplateError(problem)
     name = body["metadata"]["name"]
-    tmpl = copy.deepcopy(template or {})
-    spec = tmpl.get("spec") or {}
-    containers = spec.get("containers") or []
-    if not isinstance(containers, list) or not containers:
-        raise TemplateError("spec.template.spec.containers must list at least one container")
-    for i, ctr in enumerate(containers):
-        if not isinstance(ctr, dict) or not ctr.get("name"):
-            raise TemplateError(f"spec.template.spec.containers[{i}].name is required")
+    tmpl = copy.deepcopy(template)
+    spec = tmpl["spec"]
+    containers = spec["containers"]
     meta = tmpl.get("metadata") or {}
     labels = {**(meta.get("labels") or {}), **child_labels(name)}
     if with_credentials:
@@ -321,3 +322,33 @@ class Kube:
         await asyncio.to_thread(self.custom.patch_namespaced_custom_object,
                                 C.GROUP, C.VERSION, namespace, plural, name,
                                 {"metadata": {"annotations": annotations}})
+
+    # ------------------------------------------------------------------ Events (controller.events.Recorder)
+    async def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
+        """Create a core/v1 Event; False when an Event of that name exists (409)."""
+        try:
+            await asyncio.to_thread(self.core.create_namespaced_event, namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def read_event_count(self, namespace: str, name: str) -> int | None:
+        """`count` of a stored Event (None when absent)."""
+        try:
+            event = await asyncio.to_thread(self.core.read_namespaced_event, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return int(event.count or 0)
+
+    async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """Merge-patch an Event (count, lastTimestamp); a deleted Event (TTL) is ignored."""
+        try:
+            await asyncio.to_thread(self.core.patch_namespaced_event, name, namespace, patch,
+                                    _content_type="application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -13,9 +13,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller import constants as C
-from controller.conditions import set_condition
+from controller.conditions import get_condition, set_condition
 from controller.domain import boxpolicy
-from controller.kube.objects import NotOwned, TemplateError, make_box_secret, make_pod, pod_name
+from controller.domain.podstate import box_container_view
+from controller.domain.podtemplate import container_problem, template_problem
+from controller.kube.objects import NotOwned, TemplateError, box_container, make_box_secret, make_pod, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
 from controller.runtime import Runtime
 from controller.settings import Settings
@@ -103,6 +105,11 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
         spec = AgentBoxSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         return _fail(body, rt, C.R_INVALID_SPEC, validation_message(exc), retry=None)
+    # The template's shape first (the CRD leaves it open), and a spec.container that names one of its
+    # containers (else the watcher never finds its tmux and the box would stay Pending forever).
+    problem = template_problem(spec.template) or container_problem(spec.template, spec.container)
+    if problem:
+        return _fail(body, rt, C.R_INVALID_SPEC, problem, retry=None)
     # The box policy, before anything is read or written for the box: a refused template gets no pod and
     # no credentials Secret (the same rules run at admission, see controller/domain/boxpolicy.py).
     policy = box_policy(rt.settings)
@@ -189,22 +196,24 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
         return out
 
     current = await rt.kube.get_pod(ns, pod_name(name))
-    phase = ((current or {}).get("status") or {}).get("phase") or "Pending"
+    view = box_container_view(current, pod_name(name),
+                              box_container((current or {}).get("spec") or {}, spec.container) if current else None)
     status = body.get("status") or {}
     now = rt.clock()
-    if phase == "Running":
-        conds = set_condition(status.get("conditions") or [], C.COND_READY, True, C.R_RECONCILED,
-                              "Pod running; tabs are watched" if uses_limits and provider else
-                              "Pod running (limit features are off for this agent)", now, gen)
-    else:
-        conds = set_condition(status.get("conditions") or [], C.COND_READY, False, C.R_POD_PENDING,
-                              f"Pod {pod_name(name)} is {phase}", now, gen)
+    conds = status.get("conditions") or []
+    ready = get_condition(conds, C.COND_READY) or {}
+    if not view.running:
+        conds = set_condition(conds, C.COND_READY, False, view.reason, view.message, now, gen)
+    elif not (ready.get("status") == "True" and ready.get("reason") == C.R_RECONCILED):
+        # The container runs; Ready waits for the tab watcher to see the tmux session (woken right away).
+        conds = set_condition(conds, C.COND_READY, False, C.R_CHECKING_SESSION,
+                              f"Container running; checking the tmux session '{C.TMUX_SESSION}'", now, gen)
     out = {
         "pod": pod_name(name),
         "subscription": status.get("subscription") or spec.subscription,
         "conditions": conds,
         "observedGeneration": gen,
     }
-    if status.get("state") in (None, "Error", "Pending") or phase != "Running":
-        out["state"] = "Running" if phase == "Running" else "Pending"
+    if status.get("state") in (None, "Error") or not view.running:
+        out["state"] = "Pending"
     return Outcome(status=out, events=events)

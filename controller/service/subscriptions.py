@@ -79,26 +79,13 @@ class SubscriptionReader:
 
     def __init__(self, rt: Runtime, namespace: str, name: str, post_event: Callable[[str, str, str], None]) -> None:
         self.rt, self.namespace, self.name = rt, namespace, name
-        self.post_event = self._notifying(post_event)
+        self.post_event = post_event  # controller.events: also the `disconnected` webhook notification
         self.last_state: str | None = None
         self.previous: Usage | None = None
         from controller.service.logins import LoginKeeper
 
         self.logins = LoginKeeper(rt, namespace, name, self.post_event)
         self.login_delay = float("inf")
-
-    # Events whose reason means "a human must log in again": also the `disconnected` webhook notification.
-    _DISCONNECTED = frozenset({"Disconnected", "LoginRefreshRefused"})
-
-    def _notifying(self, post_event: Callable[[str, str, str], None]) -> Callable[[str, str, str], None]:
-        """Events always (posted on a change of state by the callers); the optional webhook too when the
-        provider refused the login."""
-        def post(type_: str, reason: str, message: str) -> None:
-            post_event(type_, reason, message)
-            notifier = self.rt.notifier
-            if reason in self._DISCONNECTED and notifier is not None and getattr(notifier, "enabled", False):
-                notifier.schedule("disconnected", self.namespace, self.name, message)
-        return post
 
     async def tick(self, body: dict[str, Any]) -> float:
         """Read once and keep the login fresh; returns seconds until the next read or login refresh."""
@@ -182,6 +169,7 @@ class SubscriptionReader:
             "windows": windows, "readAt": rfc3339(usage.read_at), "state": verdict.state,
             "reservedUntil": rfc3339(verdict.until) if verdict.state == "Reserved" else None,
             "message": verdict.message, "conditions": conds,
+            "loginExpiresAt": rfc3339(login.expires_at) if login.expires_at else None,
         })
         if verdict.state != self.last_state:
             self.last_state = verdict.state

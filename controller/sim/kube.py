@@ -11,8 +11,10 @@ what kopf 1.45 needs (see ``notes/test-harness.md``):
 * PUT; ``/status`` isolation (the main endpoint ignores status, ``/status`` ignores everything else);
 * ``generateName``; ``labelSelector`` (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``);
   simple ``fieldSelector`` (dotted path ``=``/``!=``);
-* finalizers (``deletionTimestamp``, removal once finalizers are empty) and ownerReference cascade
-  (background policy, ``Orphan`` honoured); deleting a Namespace deletes its objects;
+* finalizers (``deletionTimestamp``, removal once finalizers are empty, no new finalizer on an object
+  being deleted) and ownerReference cascade (background policy, ``Orphan`` honoured); deleting a Namespace
+  marks it ``Terminating``, deletes its objects (those with finalizers stay until released), refuses new
+  content (403) and removes the Namespace once it is empty;
 * CR validation against the CRD ``openAPIV3Schema`` with jsonschema -> 422;
 * watches that honour ``resourceVersion`` (events after it; 410 Gone when too old) and ``timeoutSeconds``;
 * namespace paths parsed correctly (kmock 0.8 answers 500 on ``/api/v1/namespaces``);
@@ -23,8 +25,9 @@ what kopf 1.45 needs (see ``notes/test-harness.md``):
   server).
 
 Known gaps versus a real kube-apiserver: no defaulting/pruning/CEL, strategic merge behaves as JSON merge
-patch, no authentication/RBAC/admission, no controllers or kubelet (tests play the kubelet with
-:meth:`KubeEmulator.set_pod_phase`), no watch bookmarks, exec without TTY.
+patch, no authentication/RBAC/admission, no controllers other than garbage collection and namespace
+deletion, no kubelet unless :class:`controller.sim.kubelet.Kubelet` is attached (otherwise tests play it
+with :meth:`KubeEmulator.set_pod_phase`), no watch bookmarks, exec without TTY.
 
 All state lives on the event loop that called :meth:`KubeEmulator.start`; every mutation is synchronous
 code between awaits, so writes are atomic without locks.  Use the official (blocking) client from another
@@ -767,11 +770,21 @@ class KubeEmulator:
         self._delete(res, (res, namespace or "", name), {})
 
     async def set_pod_phase(self, namespace: str, name: str, phase: str = "Running") -> JsonObj:
-        """Play the kubelet: set ``status.phase`` and the ``Ready`` condition of a Pod."""
+        """Play the kubelet: set ``status.phase``, the ``Ready`` condition and ``containerStatuses`` of a
+        Pod (every container ``running`` when the phase is Running, else waiting ``ContainerCreating``)."""
         ready = "True" if phase == "Running" else "False"
+        pod = self._store.get((self._pod_res, namespace, name)) or {}
+        now = _now()
+        statuses = [{"name": c.get("name"), "image": c.get("image"), "imageID": f"emulated://{c.get('image')}",
+                     "ready": phase == "Running",
+                     "started": phase == "Running", "restartCount": 0,
+                     "state": {"running": {"startedAt": now}} if phase == "Running"
+                     else {"waiting": {"reason": "ContainerCreating"}}}
+                    for c in (pod.get("spec") or {}).get("containers") or []]
         return await self.patch_object(self._pod_res, namespace, name, {"status": {
             "phase": phase,
-            "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": _now()}],
+            "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": now}],
+            "containerStatuses": statuses,
         }})
 
     async def wait_for(
@@ -1078,6 +1091,11 @@ class KubeEmulator:
             if (self._ns_res, "", ns) not in self._store:
                 raise ApiError(404, "NotFound", f'namespaces "{ns}" not found',
                                {"name": ns, "kind": "namespaces"})
+            if self.namespace_terminating(ns):
+                raise ApiError(403, "Forbidden", f'{res.plural} "{meta.get("name") or meta.get("generateName") or ""}" '
+                                                 f"is forbidden: unable to create new content in namespace {ns} "
+                                                 "because it is being terminated",
+                               {"name": meta.get("name"), "kind": res.plural})
             meta["namespace"] = ns
         else:
             ns = ""
@@ -1105,6 +1123,8 @@ class KubeEmulator:
             obj["status"] = {"phase": "Pending"}
         if res == self._ns_res and not obj.get("status"):
             obj["status"] = {"phase": "Active"}
+        if res == self._ns_res:
+            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         self._normalize(res, obj)
         for k in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(k, None)
@@ -1223,6 +1243,8 @@ class KubeEmulator:
         if pre.get("resourceVersion") and str(pre["resourceVersion"]) != current["metadata"]["resourceVersion"]:
             raise _conflict(res, key[2])
         orphan = options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents") is True
+        if res == self._ns_res:
+            return self._delete_namespace(key)
         if current["metadata"].get("finalizers"):
             if current["metadata"].get("deletionTimestamp"):
                 return current
@@ -1235,6 +1257,44 @@ class KubeEmulator:
             return marked
         return self._remove(res, key, cascade=not orphan)
 
+    def _delete_namespace(self, key: _Key) -> JsonObj:
+        """A Namespace goes as on a real cluster: ``deletionTimestamp`` and ``phase: Terminating`` first
+        (its ``spec.finalizers: [kubernetes]``), then the namespace controller deletes every object in it
+        (objects with finalizers stay Terminating until those are removed), and the Namespace itself is
+        removed once it is empty.  Creating objects in a terminating namespace answers 403."""
+        current = self._store[key]
+        name = key[2]
+        if not current["metadata"].get("deletionTimestamp"):
+            marked = copy.deepcopy(current)
+            marked["metadata"]["deletionTimestamp"] = _now()
+            marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            marked.setdefault("status", {})["phase"] = "Terminating"
+            marked["metadata"]["resourceVersion"] = self._next_rv()
+            self._store[key] = marked
+            self._emit(self._ns_res, "MODIFIED", marked)
+            current = marked
+        for other in [k for k in self._store if k[1] == name and k[0] != self._ns_res]:
+            obj = self._store.get(other)
+            if obj is not None and not obj["metadata"].get("deletionTimestamp"):
+                self._delete(other[0], other, {})
+        self._finish_namespace(name)
+        return current
+
+    def _finish_namespace(self, name: str) -> None:
+        """Remove a terminating Namespace once no object is left in it."""
+        key = (self._ns_res, "", name)
+        ns = self._store.get(key)
+        if ns is None or not ns["metadata"].get("deletionTimestamp"):
+            return
+        if any(k[1] == name for k in self._store if k[0] != self._ns_res):
+            return
+        self._remove(self._ns_res, key, cascade=False)
+
+    def namespace_terminating(self, name: str) -> bool:
+        """The Namespace exists and is being deleted."""
+        ns = self._store.get((self._ns_res, "", name))
+        return bool(ns and ns["metadata"].get("deletionTimestamp"))
+
     def _remove(self, res: kmock.resource, key: _Key, *, cascade: bool = True) -> JsonObj:
         obj = self._store.pop(key)
         obj["metadata"]["resourceVersion"] = self._next_rv()
@@ -1243,9 +1303,28 @@ class KubeEmulator:
             release = getattr(self.exec_handler, "release", None)
             if release is not None:
                 release(key[1], key[2])
+        if res == self._crd_res:
+            self._remove_crd(obj)
         if cascade:
             self._collect_garbage(obj, namespace_gone=key[2] if res == self._ns_res else None)
+        if key[1] and self.namespace_terminating(key[1]):
+            self._finish_namespace(key[1])
         return obj
+
+    def _remove_crd(self, crd: JsonObj) -> None:
+        """A deleted CRD stops being served (requests for it answer 404) and its objects are deleted, as
+        the API server does (it removes every custom resource before the CRD goes)."""
+        spec = crd.get("spec") or {}
+        group, plural = spec.get("group"), (spec.get("names") or {}).get("plural")
+        gone = {r for r in self._custom if r.group == group and r.plural == plural}
+        for key in [k for k in self._store if k[0] in gone]:
+            if key in self._store:
+                self._remove(key[0], key)
+        for res in gone:
+            self.discovery.resources.pop(res, None)
+            self._custom.discard(res)
+            self._schemas.pop(res, None)
+            self._openapi.pop(res, None)
 
     def _collect_garbage(self, owner: JsonObj, namespace_gone: str | None) -> None:
         """Delete dependents whose owners are all gone (background GC), and a deleted namespace's objects."""

@@ -83,6 +83,18 @@ class World:
     _thread: threading.Thread | None = None
     _stop: threading.Event | None = None
     _operator_error: BaseException | None = None
+    kubelet: Any = None
+
+    async def start_kubelet(self, images: dict[str, Any], **options: Any) -> Any:
+        """Let the kubelet model (controller.sim.kubelet) run the pods of images it knows, as a node
+        would: volumes, the container's user, restarts, containerStatuses, exec inside the container.
+        Needs root (see `kubelet_unavailable`). Returns the Kubelet."""
+        from controller.sim.kubelet import Kubelet, KubeletExec
+
+        self.kubelet = Kubelet(self.kube, images, self.workdir / "kubelet", **options)
+        self.kube.exec_handler = KubeletExec(self.kubelet, self.local_exec)
+        await self.kubelet.start()
+        return self.kubelet
 
     async def __aenter__(self) -> "World":
         await self.start()
@@ -110,6 +122,8 @@ class World:
     async def stop(self) -> None:
         """Stop the operator, the emulators and every tmux server."""
         await self.stop_operator()
+        if self.kubelet is not None:
+            await self.kubelet.stop()
         if self._session:
             await self._session.close()
         await self.provider.stop()
