@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-unit bench crds clean tmux e2e agents agents-latest capture-screens
+.PHONY: venv demo test test-unit bench crds clean tmux e2e agents agents-latest capture-screens images kind-up kind-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,8 +58,27 @@ crds: venv
 	$(VENV)/bin/agentbox-controller crds --out crds
 	cp crds/*.yaml charts/agentbox-controller/files/crds/
 
+# Container images: no image is published yet, so a cluster runs these local builds. `make images` uses
+# docker (daemon running), podman or buildah, whichever works (BUILDER=... forces one).
+IMAGE_REGISTRY ?= ghcr.io/agentbox-dev
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' charts/agentbox-controller/Chart.yaml)
+CONTROLLER_IMAGE ?= $(IMAGE_REGISTRY)/agentbox-controller:$(IMAGE_TAG)
+BOX_IMAGE ?= $(IMAGE_REGISTRY)/agentbox-box:$(IMAGE_TAG)
+KIND_CLUSTER ?= agentbox
+
+images:
+	hack/images.sh "$(CONTROLLER_IMAGE)" "$(BOX_IMAGE)"
+
+# kind cluster (kind-config.yaml) + both images loaded + chart + example Subscription and box (hack/kind-up.sh).
+kind-up: venv
+	CONTROLLER_IMAGE="$(CONTROLLER_IMAGE)" BOX_IMAGE="$(BOX_IMAGE)" KIND_CLUSTER="$(KIND_CLUSTER)" hack/kind-up.sh
+
+kind-down:
+	kind delete cluster --name "$(KIND_CLUSTER)"
+
+# The opt-in real-cluster tests (tests/e2e): they refuse any kube context that is not a kind one.
 e2e: venv
-	$(PY) -m pytest -q -m e2e tests/e2e
+	AGENTBOX_E2E=1 $(PY) -m pytest -q -m e2e tests/e2e
 
 clean:
 	rm -rf $(VENV) tmp .pytest_cache

@@ -52,6 +52,9 @@ def _configure_logging(log_format: str) -> None:
 
     kopf.configure(log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL,
                    log_refkey="object" if log_format == "json" else None)
+    from controller.redact import install_log_redaction
+
+    install_log_redaction()  # every log line is masked and bounded, whoever writes it (kopf, clients, ours)
 
 
 def _run(ns: argparse.Namespace) -> int:

@@ -247,3 +247,15 @@ def test_box_pod_gets_an_fs_group_only_when_the_template_sets_none():
     assert make_pod(box, tmpl, "claude-code", True)["spec"]["securityContext"] == {"fsGroup": 7}
     tmpl = {"spec": {"containers": [{"name": "box", "image": "x"}]}}
     assert "securityContext" not in make_pod(box, tmpl, "shell", False)["spec"]
+
+
+@NEEDS_ROOT
+async def test_read_only_root_filesystem_leaves_only_volumes_writable(kube, kubelet):
+    await kube.create_object("v1/pods", _pod(
+        "ro", {"securityContext": {"readOnlyRootFilesystem": True},
+               "volumeMounts": [{"name": "scratch", "mountPath": "/home/user/scratch"}]},
+        volumes=[{"name": "scratch", "emptyDir": {}}]))
+    await wait_pod(kube, "ro", lambda o: o["status"]["phase"] == "Running")
+    res = kubelet.run("default", "ro", ["sh", "-c", "touch /home/user/x 2>&1; touch /tmp/x 2>&1; "
+                                                    "touch /home/user/scratch/ok && echo scratch-ok"])
+    assert res.stdout.count("Read-only file system") == 2 and "scratch-ok" in res.stdout

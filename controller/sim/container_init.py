@@ -11,6 +11,8 @@ Spec (JSON object):
   ``"overlay"`` lays ``host_dir`` read-only over the host's own ``container_path`` (an image's files);
 * ``uid``, ``gid`` (ints), ``groups`` (supplementary gids), ``cwd`` (container path), ``env`` (dict),
   ``argv`` (list; ``argv[0]`` looked up on the container's ``PATH``);
+* ``read_only_root`` (``run`` only, optional): remount this namespace's ``/`` read-only (the mounts keep
+  their own flags), for ``readOnlyRootFilesystem``;
 * ``ready_fd`` (``run`` only, optional): an inherited fd; the namespace id (``mnt:[N]``) is written to it
   and it is closed once the mounts are in place, before the user switch.
 
@@ -54,15 +56,19 @@ def enter(spec: dict) -> None:
     if spec["mode"] == "run":
         _check(_libc.unshare(CLONE_NEWNS), "unshare")
         _mount(None, "/", MS_REC | MS_PRIVATE)
-        for host, target, read_only in spec.get("mounts") or []:
+        mounts = spec.get("mounts") or []
+        for host, target, read_only in mounts:  # all binds first: nested targets are created writable
             os.makedirs(target, exist_ok=True)
             if read_only == "overlay":  # image files over a host directory: a read-only union
                 _check(_libc.mount(b"overlay", target.encode(), b"overlay", ctypes.c_ulong(MS_RDONLY),
                                    f"lowerdir={host}:{target}".encode()), f"overlay {target}")
-                continue
-            _mount(host, target, MS_BIND | MS_REC)
-            if read_only:
+            else:
+                _mount(host, target, MS_BIND | MS_REC)
+        for host, target, read_only in mounts:
+            if read_only is True:
                 _mount(None, target, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        if spec.get("read_only_root"):  # readOnlyRootFilesystem: this namespace's "/" only
+            _mount(None, "/", MS_BIND | MS_REMOUNT | MS_RDONLY)
         fd = spec.get("ready_fd")
         if fd is not None:
             os.write(fd, os.readlink("/proc/self/ns/mnt").encode())

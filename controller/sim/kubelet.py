@@ -14,7 +14,8 @@ What it models (and tests rely on):
   supplementary groups ``[gid, *supplementalGroups, fsGroup]``; ``runAsNonRoot`` with uid 0 is a
   ``CreateContainerConfigError``.  The process really runs as that uid/gid (``setgroups``/``setgid``/
   ``setuid`` after the mounts), in its own mount namespace with the volumes, the image's files and a
-  private ``/tmp`` bound at their container paths.
+  private ``/tmp`` bound at their container paths; ``readOnlyRootFilesystem`` makes that namespace's ``/``
+  read-only (volumes and the image's writable directories stay as mounted).
 * ``command``/``args`` (override the image's ``ENTRYPOINT``/``CMD``), ``env`` (``value`` with ``$(VAR)``
   expansion, ``valueFrom.secretKeyRef``/``configMapKeyRef``/``fieldRef`` name and namespace),
   ``workingDir`` (else the image's ``WORKDIR``).
@@ -497,9 +498,11 @@ class Kubelet:
         logs = self.pod_dir(st.namespace, st.name) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         ready_r, ready_w = os.pipe()
+        cspec = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == ctr.name), {})
         spec = {"mode": "run", "mounts": self._mounts(pod, ctr.name, ctr.image), "uid": ctr.uid,
                 "gid": ctr.gid, "groups": ctr.groups, "cwd": ctr.cwd, "env": ctr.env, "argv": argv,
-                "ready_fd": ready_w}
+                "ready_fd": ready_w,
+                "read_only_root": bool((cspec.get("securityContext") or {}).get("readOnlyRootFilesystem"))}
         ctr.container_id = "emulated://" + uuid.uuid4().hex
         started = _now()
         with open(logs / f"{ctr.name}.log", "ab") as log:
@@ -648,6 +651,8 @@ class Kubelet:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         base = self.pod_dir(ns, name)
         image = self.images.get(image_ref) or ImageConfig(entrypoint=[])
+        cspec = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == container), {})
+        read_only_root = bool((cspec.get("securityContext") or {}).get("readOnlyRootFilesystem"))
         mounts: list[list[Any]] = []
         # Image files: each directory holding COPY'd files is a read-only union over the host's directory.
         for cdir in sorted({os.path.dirname(p) for p in image.files}):
@@ -659,11 +664,10 @@ class Kubelet:
                 host.mkdir(parents=True)
                 os.chown(host, uid, gid)
                 host.chmod(mode)
-            mounts.append([str(host), cdir, False])
+            mounts.append([str(host), cdir, read_only_root])  # the image's layer: read-only with the root
         mounts.append([sys.base_prefix, f"{SIM_ROOT}/python", True])
         mounts.append([str(REPO_ROOT), SIM_SRC, True])
         vols = {v["name"]: v for v in (pod.get("spec") or {}).get("volumes") or []}
-        cspec = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == container), {})
         for m in cspec.get("volumeMounts") or []:
             vol = vols.get(m.get("name"))
             if vol is None:
