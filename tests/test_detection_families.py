@@ -231,3 +231,31 @@ def test_codex_0_171_composer_above_a_warnings_footer_row():
               + " " * 134 + "⚠ 2 warnings · f2 to view")
     result = detect("codex", screen, at("2026-12-01T10:00:00Z"), "UTC")
     assert result.state is TabState.IDLE and result.prompt_text == "write hello", result.to_json()
+
+
+@pytest.mark.parametrize("agent,line,resets,window,auto", [
+    ("claude-code", "⎿  You've reached your usage limit for Opus 5 · resets 3pm (UTC)", "2026-05-01T15:00:00Z", None, False),
+    ("claude-code", "⎿  Session limit reached ∙ resets 4pm", "2026-05-01T16:00:00Z", "five_hour", False),
+    ("claude-code", "⎿  Your weekly limit has been reached · resets Mon 9am (UTC)", "2026-05-04T09:00:00Z", "weekly", False),
+    ("claude-code", "⎿  Limit reached · resets 5pm", "2026-05-01T17:00:00Z", None, False),
+    ("claude-code", "⎿  You are out of usage until 5pm", "2026-05-01T17:00:00Z", None, False),
+    ("claude-code", "● Usage limit hit. Resets at 17:00.", "2026-05-01T17:00:00Z", None, False),
+    ("claude-code", "⎿  You’ve hit your limit · resets in 45 minutes", "2026-05-01T10:45:00Z", None, False),
+    ("claude-code", "● Usage limit reached · will continue automatically at 5pm · esc to cancel", "2026-05-01T17:00:00Z",
+     None, True),
+    ("codex", "■ You've reached your weekly usage limit. Try again on Sep 14 at 6:43 AM.", "2026-09-14T06:43:00Z",
+     "weekly", False),
+    ("codex", "■ Usage limit reached for gpt-5.6-sol. Try again at 18:05.", "2026-05-01T18:05:00Z", None, False),
+])
+def test_wordings_a_next_release_may_print(agent, line, resets, window, auto):
+    """Not seen yet: rewordings of the same parts. The families read them without a new pattern."""
+    screen = claude(line) if agent == "claude-code" else codex(line)
+    check(detect(agent, screen, at("2026-05-01T10:00:00Z"), "UTC"), TabState.RATE_LIMITED, LimitKind.USAGE,
+          resets, window, auto)
+
+
+def test_codex_heads_up_wordings_are_warnings():
+    for line in ("⚠ Heads up: you've used 95% of your 5h limit · resets at 17:19",
+                 "⚠ Heads up, you have less than 10% of your weekly limit left. Run /status for a breakdown."):
+        result = detect("codex", codex(line), at("2026-05-01T10:00:00Z"), "UTC")
+        assert result.state is TabState.IDLE and result.kind is LimitKind.WARNING, (line, result.to_json())

@@ -270,7 +270,9 @@ CAPTURED = sorted(
 
 
 def test_every_pinned_version_has_captured_screens():
-    from controller.sim.real_agents import CLAUDE_VERSION, CODEX_VERSION
+    # the pins, not an AGENTBOX_*_VERSION override (`make agents-latest` runs these tests on other releases)
+    from controller.sim.real_agents import PINNED_CLAUDE_VERSION as CLAUDE_VERSION
+    from controller.sim.real_agents import PINNED_CODEX_VERSION as CODEX_VERSION
 
     versions = {version for version, _, _ in CAPTURED}
     assert {CLAUDE_VERSION, CODEX_VERSION, "2.1.328", "0.169.0"} <= versions

@@ -128,7 +128,8 @@ PROFILE = Profile(
         lp("es-limite-de-uso", r"(?:Has alcanzado|Alcanzaste) (?:tu|el) l[íi]mite de uso"),
     ),
     warnings=(
-        lp("heads-up", r"Heads up, you(?:['’]ve| have)\s+(?:used\s+over|less\s+than)\s+\d+\s*%", anchored=False),
+        lp("heads-up", r"Heads up[,:]?\s+you(?:['’]ve| have)\s+(?:used\s+(?:over\s+)?|less\s+than\s+)\d+\s*%",
+           anchored=False),
         lp("limit-left", r"\b(?:5h|weekly|monthly|daily|[\w.-]+)\s+limit:\s*(?:only\s+)?[<>]?\s*\d+(?:\.\d+)?\s*%\s+left",
            anchored=False),
         lp("approaching", r"Approaching (?:your )?(?:rate|usage)? ?limits?", anchored=False),
