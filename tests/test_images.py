@@ -92,3 +92,15 @@ def test_controller_package_installs_and_runs_help_as_the_image_user_on_a_read_o
     assert res.returncode == 0, res.stderr[-2000:]
     assert "usage: agentbox-controller run" in res.stdout
     assert "--namespace" in res.stdout
+
+
+def test_chart_kube_version_covers_what_the_crds_and_the_box_policy_need():
+    import re
+
+    chart = yaml.safe_load((REPO_ROOT / "charts/agentbox-controller/Chart.yaml").read_text())
+    low = tuple(int(x) for x in re.match(r">=\s*(\d+)\.(\d+)", chart["kubeVersion"]).groups())
+    crds = "".join(p.read_text() for p in (REPO_ROOT / "crds").glob("*.yaml"))
+    if "fieldPath:" in crds:
+        assert low >= (1, 28), "CRD validation rules with fieldPath need Kubernetes 1.28+"
+    if "ValidatingAdmissionPolicy" in (REPO_ROOT / "charts/agentbox-controller/templates/boxpolicy.yaml").read_text():
+        assert low >= (1, 30), "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy needs Kubernetes 1.30+"

@@ -259,3 +259,26 @@ async def test_read_only_root_filesystem_leaves_only_volumes_writable(kube, kube
     res = kubelet.run("default", "ro", ["sh", "-c", "touch /home/user/x 2>&1; touch /tmp/x 2>&1; "
                                                     "touch /home/user/scratch/ok && echo scratch-ok"])
     assert res.stdout.count("Read-only file system") == 2 and "scratch-ok" in res.stdout
+
+
+@NEEDS_ROOT
+async def test_configmap_items_modes_and_secret_updates_projected(kube, kubelet):
+    await kube.create_object("v1/configmaps", {"metadata": {"name": "cm", "namespace": "default"},
+                                               "data": {"a": "A", "b": "B"}})
+    await kube.create_object("v1/secrets", {"metadata": {"name": "s2", "namespace": "default"},
+                                            "data": {"k": base64.b64encode(b"one").decode()}})
+    await kube.create_object("v1/pods", _pod(
+        "proj", {"volumeMounts": [{"name": "cm", "mountPath": "/etc/cm"}, {"name": "s", "mountPath": "/etc/s"}]},
+        volumes=[{"name": "cm", "configMap": {"name": "cm", "items": [{"key": "b", "path": "sub/b.txt", "mode": 0o600}]}},
+                 {"name": "s", "secret": {"secretName": "s2", "defaultMode": 0o444}}]))
+    await wait_pod(kube, "proj", lambda o: o["status"]["phase"] == "Running")
+    cm_dir = kubelet.host_path("default", "proj", "/etc/cm")
+    assert sorted(p.name for p in cm_dir.iterdir() if not p.name.startswith("..")) == ["sub"]
+    st = os.stat(cm_dir / "sub" / "b.txt")
+    assert stat.S_IMODE(st.st_mode) == 0o600 and (cm_dir / "sub" / "b.txt").read_text() == "B"
+    # As the uid 1000 container: a 0600 root-owned file is unreadable, the 0444 Secret file readable.
+    res = kubelet.run("default", "proj", ["sh", "-c", "cat /etc/cm/sub/b.txt; cat /etc/s/k"])
+    assert "Permission denied" in res.stderr and res.stdout == "one"
+    await kube.patch_object("v1/secrets", "default", "s2", {"data": {"k": base64.b64encode(b"two").decode()}})
+    res = kubelet.run("default", "proj", ["cat", "/etc/s/k"])
+    assert res.stdout == "two"  # a kubelet projects Secret updates into running pods
