@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-unit bench crds clean tmux e2e agents
+.PHONY: venv demo test test-unit bench crds clean tmux e2e agents agents-latest capture-screens images kind-up kind-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ tmux:
 	  else echo "install tmux with your package manager" >&2; exit 1; fi; }
 
 demo: venv
-	$(VENV)/bin/agentbox-controller demo $(if $(REAL_AGENTS),--real-agents,)
+	$(VENV)/bin/agentbox-controller demo $(if $(REAL_AGENTS),--real-agents,) $(if $(KEEP),--keep,)
 
 # The real Claude Code and Codex CLIs (versions pinned in controller/sim/real_agents.py) for the
 # real-agent tests and `make demo REAL_AGENTS=1`; installed once into .agents/, skipped without npm.
@@ -33,6 +33,16 @@ agents: venv
 	@if command -v npm >/dev/null 2>&1; then \
 	  $(PY) -c "from controller.sim.real_agents import ensure_installed as e, PINNED as p; e(); print('agents: ' + ', '.join(k + '@' + v for k, v in p.items()) + ' in .agents/')"; \
 	else echo "agents: npm not found, skipping the real Claude Code / Codex CLIs (their tests will be skipped)"; fi
+
+# The drift check: the newest published Claude Code and Codex in .agents-latest/ (the pins stay), the
+# real-agent tests and a capture of their screens against them; prints version, scenario, detected
+# state, reset, pass/fail. Run it before raising the versions in images/box/Dockerfile.
+agents-latest: venv
+	$(PY) -m controller.sim.drift
+
+# Re-capture the pinned CLIs' screens into tests/fixtures/real-screens/<version>/ (after a pin change).
+capture-screens: agents
+	$(PY) -m controller.sim.capture --out tests/fixtures/real-screens
 
 test: venv agents
 	mkdir -p tmp
@@ -48,8 +58,27 @@ crds: venv
 	$(VENV)/bin/agentbox-controller crds --out crds
 	cp crds/*.yaml charts/agentbox-controller/files/crds/
 
+# Container images: no image is published yet, so a cluster runs these local builds. `make images` uses
+# docker (daemon running), podman or buildah, whichever works (BUILDER=... forces one).
+IMAGE_REGISTRY ?= ghcr.io/agentbox-dev
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*/\1/p' charts/agentbox-controller/Chart.yaml)
+CONTROLLER_IMAGE ?= $(IMAGE_REGISTRY)/agentbox-controller:$(IMAGE_TAG)
+BOX_IMAGE ?= $(IMAGE_REGISTRY)/agentbox-box:$(IMAGE_TAG)
+KIND_CLUSTER ?= agentbox
+
+images:
+	hack/images.sh "$(CONTROLLER_IMAGE)" "$(BOX_IMAGE)"
+
+# kind cluster (kind-config.yaml) + both images loaded + chart + example Subscription and box (hack/kind-up.sh).
+kind-up: venv
+	CONTROLLER_IMAGE="$(CONTROLLER_IMAGE)" BOX_IMAGE="$(BOX_IMAGE)" KIND_CLUSTER="$(KIND_CLUSTER)" hack/kind-up.sh
+
+kind-down:
+	kind delete cluster --name "$(KIND_CLUSTER)"
+
+# The opt-in real-cluster tests (tests/e2e): they refuse any kube context that is not a kind one.
 e2e: venv
-	$(PY) -m pytest -q -m e2e tests/e2e
+	AGENTBOX_E2E=1 $(PY) -m pytest -q -m e2e tests/e2e
 
 clean:
 	rm -rf $(VENV) tmp .pytest_cache

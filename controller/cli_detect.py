@@ -5,14 +5,15 @@
 
 stdout: ``Detection.to_json()`` on one line, e.g. ``{"state": "rate_limited", "kind": "usage",
 "resets_at": "2026-02-04T03:00:00Z", ...}`` (UTC). Errors: one line on stderr; exit 2 for bad
-arguments (unreadable file, naive/invalid --now, invalid --pattern), 0 otherwise.
+arguments (unreadable file, naive/invalid --now, invalid --pattern), 0 otherwise; with ``--exit-code``
+the state also sets the exit status (``EXIT_BY_STATE``: 0 working or idle, 10 rate_limited,
+11 awaiting_input, 12 unknown) for scripts.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 import os
 import sys
 from datetime import datetime, timezone
@@ -27,6 +28,8 @@ __all__ = ["add_detect_parser", "run_detect"]
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+# `detect --exit-code`: the exit status says the state (above 9, clear of argparse's 2 and Python's 1).
+EXIT_BY_STATE = {"working": 0, "idle": 0, "rate_limited": 10, "awaiting_input": 11, "unknown": 12}
 
 
 def add_detect_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -44,6 +47,12 @@ def add_detect_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--pattern", action="append", default=[], metavar="REGEX",
                    help="extra user pattern (named groups: epoch, year, month, day, hour, minute, ampm, "
                         "zone, rel_days, rel_hours, rel_minutes); repeatable")
+    p.add_argument("--exit-code", action="store_true",
+                   help="exit with the state: 0 working or idle, 10 rate_limited, 11 awaiting_input, 12 unknown "
+                        "(2 stays bad input)")
+    p.add_argument("--explain", action="store_true",
+                   help="add \"explain\": which family matched, which time expression was parsed, why an older "
+                        "limit line was judged history")
     p.add_argument("file", nargs="?", default="-", help="screen file, or - for stdin (default)")
     p.set_defaults(func=run_detect)
     return p
@@ -64,7 +73,7 @@ def run_detect(ns: argparse.Namespace) -> int:
     Prints one JSON object (``Detection.to_json()``, instants in UTC) to stdout.
 
     Returns:
-        0 on success; 2 for an unknown agent, an unreadable file, a bad ``--now`` or an invalid
+        0 on success (with ``ns.exit_code``: ``EXIT_BY_STATE[state]``); 2 for an unknown agent, an unreadable file, a bad ``--now`` or an invalid
         ``--pattern`` (one line on stderr).
     """
     try:
@@ -97,26 +106,35 @@ def run_detect(ns: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"detect: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    trace: list[str] | None = [] if getattr(ns, "explain", False) else None
     try:
-        result = detect(ns.agent, screen, now, tz, patterns)
+        result = detect(ns.agent, screen, now, tz, patterns, trace)
     except UnknownAgent as exc:
         print(f"detect: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     structured = structured_usage(screen, now)
     if structured is not None:
         result = merge(result, structured[0], structured[1], now)
+        if trace is not None:
+            trace.append(f"structured usage from {structured[1]} merged: "
+                         + ", ".join(f"{w.name} {w.utilization:g}%" for w in structured[0].windows.values()))
     out = result.to_json()
     if out.get("evidence"):
         out["evidence"] = redact(out["evidence"])  # this output gets pasted into bug reports
+    if trace is not None:
+        out["explain"] = [redact(line) for line in trace] + [
+            f"verdict: {out['state']}" + (f", {out['kind']}" if out.get("kind") else "")
+            + (f", resets {out['resets_at']}" if out.get("resets_at") else "")
+            + (", the agent's native wait is armed (the controller types nothing)" if out.get("auto_continue") else "")]
     print(json.dumps(out, ensure_ascii=False))
-    return EXIT_OK
+    return EXIT_BY_STATE.get(out["state"], EXIT_OK) if getattr(ns, "exit_code", False) else EXIT_OK
 
 
 def structured_usage(text: str, now: datetime) -> tuple[Usage, str] | None:
     """Machine-readable usage found in pasted output: Claude Code `--output-format stream-json`
-    `rate_limit_event` lines (a rejected one makes its window 100 %) or Codex rollout `token_count`
+    `rate_limit_event` lines (every window they carry; a rejected one makes its window 100 %) or Codex rollout `token_count`
     lines. The last one wins. Returns (usage, source) or None."""
-    from controller.providers.parse import UsageParseError, parse_rate_limit_event, parse_token_count
+    from controller.providers.parse import UsageParseError, parse_rate_limit_event_usage, parse_token_count
 
     found: tuple[Usage, str] | None = None
     for line in text.splitlines():
@@ -129,10 +147,10 @@ def structured_usage(text: str, now: datetime) -> tuple[Usage, str] | None:
             continue
         try:
             if obj.get("type") == "rate_limit_event":
-                limited, window = parse_rate_limit_event(obj)
-                if limited:
-                    window = replace(window, utilization=max(window.utilization, 100.0))
-                found = (Usage({window.name: window}, read_at=now), "stream-json")
+                # every window of the event (unifiedWindows); the rejected one at 100 %
+                _limited, usage = parse_rate_limit_event_usage(obj, now)
+                if usage.windows:
+                    found = (usage, "stream-json")
             elif "token_count" in line:
                 usage = parse_token_count(obj)
                 if usage.windows:

@@ -12,6 +12,10 @@ AGENTBOX_PLURAL = "agentboxes"
 SUBSCRIPTION_KIND = "Subscription"
 SUBSCRIPTION_PLURAL = "subscriptions"
 
+# `kubectl get agentbox-all` lists both kinds. Not "agentbox": a category equal to a resource's singular
+# makes `kubectl get/delete agentbox x` reach Subscriptions too.
+CATEGORY = "agentbox-all"
+
 FINALIZER = f"{GROUP}/finalizer"
 
 # Labels put on every child object (pod, box credentials Secret).
@@ -37,6 +41,7 @@ COND_READY = "Ready"                    # True: pod and credentials in place, ta
 COND_RATE_LIMITED = "RateLimited"       # True: at least one tab waits for a usage reset
 COND_NEEDS_ATTENTION = "NeedsAttention"  # True: a tab needs a human (see message)
 COND_RESERVED = "Reserved"              # True: the subscription's reserve stopped the box
+COND_INPUT_IGNORED = "InputIgnored"     # True: a pattern, an annotation or a box file is invalid and ignored
 COND_CREDENTIALS_VALID = "CredentialsValid"  # Subscription: Secret and login file valid
 COND_USAGE_FETCHED = "UsageFetched"     # Subscription: last usage read succeeded
 
@@ -49,7 +54,12 @@ R_SECRET_KEY_MISSING = "SecretKeyMissing"
 R_INVALID_LOGIN = "InvalidLoginFile"
 R_PROVIDER_MISMATCH = "ProviderMismatch"
 R_UNSUPPORTED_AGENT = "UnsupportedAgent"
-R_POD_PENDING = "PodPending"
+R_POD_PENDING = "PodPending"              # Ready False: no pod yet, or its phase is not Running
+R_CONTAINER_WAITING = "ContainerWaiting"  # Ready False: the box container waits (message: CrashLoopBackOff, ...)
+R_CONTAINER_TERMINATED = "ContainerTerminated"  # Ready False: the box container ended for good
+R_CHECKING_SESSION = "CheckingSession"    # Ready False: container running, tmux session not checked yet
+R_SESSION_MISSING = "SessionMissing"      # Ready False: container running, no tmux session `agentbox`
+R_POLICY_VIOLATION = "PolicyViolation"  # Ready False: spec.template breaks the box policy; no pod is created
 R_WAITING_FOR_RESET = "WaitingForReset"
 R_NONE_LIMITED = "NoTabLimited"
 R_RECENT_INPUT = "RecentHumanInput"
@@ -60,6 +70,10 @@ R_ALL_CLEAR = "AllClear"
 R_USAGE_READ = "UsageRead"
 R_UPSTREAM_UNAVAILABLE = "UpstreamUnavailable"
 R_UNAUTHORIZED = "Unauthorized"
+R_BOX_OUTPUT_TOO_LARGE = "BoxOutputTooLarge"  # NeedsAttention True: a capture printed more than exec_max_output_bytes
+R_INVALID_PATTERN = "InvalidPattern"        # InputIgnored True: a spec.detection.patterns[] regex does not compile
+R_INVALID_ANNOTATION = "InvalidAnnotation"  # InputIgnored True: agentbox.dev/resume-at is not an instant within 31 days
+R_INVALID_BOX_FILE = "InvalidBoxFile"       # InputIgnored True: a usage file in the box is oversized or unreadable
 
 SUPPORTED_SUBSCRIPTION_AGENTS = {"claude-code": "anthropic", "codex": "openai"}
 """Agents that run on a subscription, mapped to their provider."""

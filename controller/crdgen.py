@@ -97,7 +97,7 @@ def _crd(kind: str, plural: str, short: str, spec_model: type, status_model: typ
                 "plural": plural,
                 "singular": kind.lower(),
                 "shortNames": [short],
-                "categories": ["agentbox"],
+                "categories": [C.CATEGORY],
             },
             "versions": [{
                 "name": C.VERSION,
@@ -126,6 +126,7 @@ def render_crds() -> dict[str, dict[str, Any]]:
     agentbox = _crd(
         C.AGENTBOX_KIND, C.AGENTBOX_PLURAL, "abox", AgentBoxSpec, AgentBoxStatus,
         [
+            {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
             {"name": "Agent", "type": "string", "jsonPath": ".spec.agent"},
             {"name": "Subscription", "type": "string", "jsonPath": ".status.subscription"},
             {"name": "Next", "type": "string", "jsonPath": ".status.nextSubscription"},
@@ -133,6 +134,8 @@ def render_crds() -> dict[str, dict[str, Any]]:
             {"name": "Resume-At", "type": "string", "jsonPath": ".status.resumeAt"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
             {"name": "Pod", "type": "string", "jsonPath": ".status.pod", "priority": 1},
+            {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+             "priority": 1},
         ],
         spec_rules=[_SELECTED_RULE],
     )
@@ -142,6 +145,8 @@ def render_crds() -> dict[str, dict[str, Any]]:
             {"name": "Provider", "type": "string", "jsonPath": ".spec.provider"},
             {"name": "State", "type": "string", "jsonPath": ".status.state"},
             {"name": "5h", "type": "number", "jsonPath": ".status.windows.fiveHour.utilization"},
+            # A string, not `date`: kubectl shows a future `date` as <invalid>.
+            {"name": "5h-Resets", "type": "string", "jsonPath": ".status.windows.fiveHour.resetsAt"},
             {"name": "Weekly", "type": "number", "jsonPath": ".status.windows.weekly.utilization"},
             {"name": "Reserved-Until", "type": "string", "jsonPath": ".status.reservedUntil"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -68,6 +68,18 @@ SUBSCRIPTION_RESET = _gauge("agentbox_subscription_reset_timestamp_seconds",
 SUBSCRIPTION_STATE = _gauge("agentbox_subscription_state", "1 for the subscription's current state "
                             "(Available | Exhausted | Reserved | Disconnected | Unknown), 0 for the others.",
                             ("namespace", "subscription", "state"))
+LOGIN_CANDIDATES = _counter("agentbox_login_candidates_total", "Newer logins found in boxes by the login keeper, "
+                            "by result (adopted: the provider confirmed the subscription's account | refused).",
+                            ("namespace", "subscription", "result"))
+LOGIN_EXPIRY = _gauge("agentbox_login_expiry_timestamp_seconds", "When the subscription's current access token "
+                      "expires (Unix epoch seconds); the controller renews it settings.loginRefreshBeforeS earlier.",
+                      ("namespace", "subscription"))
+LOGIN_REFRESHES = _counter("agentbox_login_refreshes_total", "Login refreshes the controller made at the provider's "
+                           "token endpoint, by result (ok | refused | error | lost).",
+                           ("namespace", "subscription", "result"))
+LOGIN_ANSWER_LOST = _gauge("agentbox_login_refresh_answer_lost", "1 while a subscription's refresh answer was "
+                           "lost: its refresh token is not sent again and the login dies when the current access "
+                           "token expires unless a human logs in again (alert on it).", ("namespace", "subscription"))
 USAGE_READS = _counter("agentbox_usage_reads_total", "Usage API reads, by provider and result (ok | error).",
                        ("provider", "result"))
 
@@ -78,6 +90,9 @@ DEADLINE_LAG = Histogram("agentbox_deadline_lag_seconds", "Now minus the due tim
 JOURNAL_RECOVERIES = _counter("agentbox_journal_recoveries_total", "Unfinished multi-step actions found at the start "
                               "of a pass (after a restart or a failed pass), by action, the step reached and "
                               "result (resume | done | abandon).", ("action", "step", "result"))
+EVENTS = _counter("agentbox_events_total", "Kubernetes Events by kind (Normal | Warning), reason and result: "
+                  "posted (a new Event, or one re-announced after a quiet period) or repeated (folded into the "
+                  "count of the same Event).", ("kind", "reason", "result"))
 NOTIFICATIONS = _counter("agentbox_notifications_total", "Webhook notifications, by kind and result (ok | error).",
                          ("kind", "result"))
 
@@ -91,20 +106,11 @@ def set_subscription_state(namespace: str, subscription: str, state: str) -> Non
 
 
 def _forget(match: dict[str, str]) -> None:
-    """Remove every series whose labels include all of `match` (metrics lacking one of them are skipped)."""
+    """Remove every series whose labels include all of `match` (metrics lacking one of them are skipped),
+    with prometheus-client's own partial-match removal (thread-safe under the metric's lock)."""
     for metric, names in _LABELS.items():
-        if not set(match) <= set(names):
-            continue
-        doomed: set[tuple[str, ...]] = set()
-        for family in metric.collect():
-            for sample in family.samples:
-                if all(sample.labels.get(k) == v for k, v in match.items()):
-                    doomed.add(tuple(sample.labels[n] for n in names))
-        for values in doomed:
-            try:
-                metric.remove(*values)
-            except KeyError:  # removed concurrently
-                pass
+        if set(match) <= set(names):
+            metric.remove_by_labels(match)
 
 
 def forget_box(namespace: str, box: str) -> None:

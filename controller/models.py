@@ -23,6 +23,15 @@ class _Model(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+# An instant as the API shows it: RFC 3339, UTC ("2026-03-01T17:05:00Z"). The CRD says `format: date-time`,
+# so the API server refuses anything else.
+Instant = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+# A list the API server merges by key (server-side apply, strategic merge) and keeps unique by it.
+def _list_map(*keys: str) -> dict[str, Any]:
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
+
+
 Provider = Literal["anthropic", "openai"]
 AgentName = Literal["claude-code", "codex", "opencode", "gemini-cli", "claude-wrapper", "shell"]
 
@@ -57,7 +66,7 @@ class WindowStatus(_Model):
     """One usage window as last read."""
 
     utilization: float = Field(description="Percent of the window used (0-100; values above 100 are kept as read).")
-    resets_at: str | None = Field(None, description="Reset instant, UTC RFC 3339.")
+    resets_at: Instant | None = Field(None, description="Reset instant, UTC RFC 3339.")
 
 
 class Windows(_Model):
@@ -74,7 +83,7 @@ class Condition(_Model):
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase reason.")
     message: str = Field("", description="Human-readable detail.")
-    last_transition_time: str | None = Field(None, description="When status last changed (UTC RFC 3339).")
+    last_transition_time: Instant | None = Field(None, description="When status last changed (UTC RFC 3339).")
     observed_generation: int | None = Field(None, description="metadata.generation this condition was computed from.")
 
 
@@ -85,12 +94,16 @@ class SubscriptionStatus(_Model):
     """Observed state of a Subscription."""
 
     windows: Windows | None = Field(None, description="Usage windows as last read.")
-    read_at: str | None = Field(None, description="When the windows were read (UTC RFC 3339).")
+    read_at: Instant | None = Field(None, description="When the windows were read (UTC RFC 3339).")
     state: SubscriptionState | None = Field(None, description="Available | Exhausted | Reserved | Disconnected | Unknown.")
-    reserved_until: str | None = Field(None, description="While Reserved: the reset that lifts the reserve (UTC RFC 3339).")
+    reserved_until: Instant | None = Field(None, description="While Reserved: the reset that lifts the reserve (UTC RFC 3339).")
+    login_expires_at: Instant | None = Field(None, description="When the subscription's current access token expires (UTC RFC 3339); the controller renews it `settings.loginRefreshBeforeS` earlier.")
     threshold: str | None = Field(None, description="The reserve in a sentence.")
     message: str | None = Field(None, description="Latest state in a sentence.")
-    conditions: list[Condition] = Field(default_factory=list, description="CredentialsValid, UsageFetched.")
+    conditions: list[Condition] = Field(default_factory=list, description="CredentialsValid, UsageFetched.",
+                                        json_schema_extra=_list_map("type"))
+    refresh_in_flight: str | None = Field(None, max_length=64, description="While the controller spends the login's refresh token: 'sha256:' + 8 hex digits of it (write-ahead). Found equal to the Secret's refresh token after a restart, it means the answer was lost: that token is never sent again (condition LoginRefreshed=False, reason RefreshAnswerLost). Never a token.")
+    account: str | None = Field(None, max_length=64, description="Identity of the login's account as the provider confirmed it ('sha256:' + 16 hex digits of the provider's account ids), recorded while the Secret's login is valid; a login found in a box is adopted only when the provider names this account. Never a token.")
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
 
 
@@ -160,8 +173,8 @@ class TabJournal(_Model):
                     "agent, wait for it, then continue. AnswerMenu: press the 'Stop and wait' number.")
     step: Literal["Interrupt", "Relaunch", "AwaitAgent", "Type", "Enter", "Press"] = Field(
         description="The step written ahead of being performed; after a crash the screen tells whether it happened.")
-    started_at: str = Field(description="When the action started (UTC RFC 3339).")
-    step_at: str | None = Field(None, description="When this step was written (UTC RFC 3339).")
+    started_at: Instant = Field(description="When the action started (UTC RFC 3339).")
+    step_at: Instant | None = Field(None, description="When this step was written (UTC RFC 3339).")
     for_key: str | None = Field(None, max_length=64, description="Identity of the limit event the action answers.")
     text: str | None = Field(None, max_length=64, description="The text the action types (the continue text) or the menu digit.")
     recoveries: int = Field(0, ge=0, description="Restarts that each picked the action up (after 3 a human is asked).")
@@ -176,14 +189,14 @@ class TabStatus(_Model):
     name: str = Field(description="tmux window name.")
     id: str | None = Field(None, description="tmux window id (@N).")
     state: TabStateName = Field("Unknown", description="Working | Idle | RateLimited | AwaitingInput | Resuming | NeedsAttention | Unknown.")
-    resets_at: str | None = Field(None, description="Reset instant of the limit the tab stopped on (UTC RFC 3339).")
-    resume_at: str | None = Field(None, description="When the controller will resume the tab (UTC RFC 3339).")
+    resets_at: Instant | None = Field(None, description="Reset instant of the limit the tab stopped on (UTC RFC 3339).")
+    resume_at: Instant | None = Field(None, description="When the controller will resume the tab (UTC RFC 3339).")
     detected_by: str | None = Field(None, description="Which rule recognised the limit.")
     message: str | None = Field(None, description="What the controller sees or does.")
-    last_input_at: str | None = Field(None, description="Last time a human typed in this tab (UTC RFC 3339).")
+    last_input_at: Instant | None = Field(None, description="Last time a human typed in this tab (UTC RFC 3339).")
     limit_key: str | None = Field(None, description="Identity of the limit event being handled.")
     sent_for: str | None = Field(None, description="Limit event a resume was already sent for (never twice).")
-    sent_at: str | None = Field(None, description="When that resume was sent (UTC RFC 3339).")
+    sent_at: Instant | None = Field(None, description="When that resume was sent (UTC RFC 3339).")
     attempts: int = Field(0, description="Resumes sent for consecutive limit events without progress.")
     stopped_by_reserve: bool = Field(False, description="The reserve stopped this tab; it resumes when the reserve lifts.")
     journal: TabJournal | None = Field(None, description="The multi-step action in progress on this tab (absent when none).")
@@ -198,8 +211,9 @@ class AgentBoxStatus(_Model):
     subscription: str | None = Field(None, description="Subscription the box runs on now.")
     next_subscription: str | None = Field(None, description="Subscription the box would switch to next.")
     state: BoxState | None = Field(None, description="Pending | Running | RateLimited | Reserved | NeedsAttention | Error.")
-    resume_at: str | None = Field(None, description="Earliest scheduled resume among the tabs (UTC RFC 3339).")
+    resume_at: Instant | None = Field(None, description="Earliest scheduled resume among the tabs (UTC RFC 3339).")
     pod: str | None = Field(None, description="Name of the box pod.")
-    tabs: list[TabStatus] = Field(default_factory=list, description="Per-tab state.")
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, RateLimited, NeedsAttention, Reserved.")
+    tabs: list[TabStatus] = Field(default_factory=list, description="Per-tab state.", json_schema_extra=_list_map("name"))
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, RateLimited, NeedsAttention, Reserved, InputIgnored (a pattern, annotation or box file is invalid and ignored).",
+                                        json_schema_extra=_list_map("type"))
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")

@@ -1,7 +1,8 @@
 """Webhook notifications (optional; Kubernetes Events are always posted by the handlers).
 
 One POST per milestone — a tab resumed, a box switched subscription, a reserve stopped agents, a tab needs
-a human — to a URL kept in a Secret. The Helm chart mounts that Secret as a file and sets
+a human, a subscription's login was refused (`disconnected`: a human must log in again) — to a URL kept in a
+Secret. The Helm chart mounts that Secret as a file and sets
 `AGENTBOX_WEBHOOK_URL_FILE`; the file is re-read on every send, so a rotated URL is picked up without a
 restart. Two body styles: a generic JSON object, and a Slack-compatible `{"text": ...}` (Slack, Mattermost,
 Rocket.Chat, Discord's `/slack` endpoints).
@@ -19,7 +20,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +33,7 @@ from controller import metrics
 
 logger = logging.getLogger(__name__)
 
-Kind = Literal["resume", "switch", "reserve", "needs_attention"]
+Kind = Literal["resume", "switch", "reserve", "needs_attention", "disconnected"]
 Style = Literal["generic", "slack"]
 KINDS: tuple[str, ...] = get_args(Kind)
 
@@ -45,29 +45,14 @@ _TITLES: dict[str, tuple[str, str]] = {
     "switch": (":twisted_rightwards_arrows:", "Switched subscription"),
     "reserve": (":octagonal_sign:", "Reserve reached"),
     "needs_attention": (":warning:", "Needs attention"),
+    "disconnected": (":electric_plug:", "Login refused: log in again"),
 }
 
-# Things that look like credentials: provider keys, OAuth/JWT tokens, bearer headers, URL secrets.
-_SECRET_PATTERNS = [
-    re.compile(r"sk-[A-Za-z0-9_\-]{8,}"),                        # Anthropic / OpenAI keys (sk-ant-..., sk-proj-...)
-    re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{4,}(?:\.[A-Za-z0-9_\-]*)?"),  # JWTs (id_token, access_token)
-    re.compile(r"(?i)\b(bearer)(\s+)[^\s\"',}]+"),                   # Authorization header values
-    re.compile(r"(?i)\b(token|access_token|refresh_token|id_token|api[_-]?key|password|secret)(\"?\s*[=:]\s*\"?)"
-               r"[^\s\"',}]+"),                                     # key=value / "key": "value"
-    re.compile(r"https?://[^\s\"']*hooks?\.[^\s\"']+"),         # webhook URLs (hooks.slack.com/...)
-    # long opaque runs mixing cases and digits (Kubernetes names are lowercase, so they are kept)
-    re.compile(r"(?=[A-Za-z0-9_\-]*[A-Z])(?=[A-Za-z0-9_\-]*[a-z])(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{32,}"),
-]
+# Kinds about a Subscription rather than an AgentBox (the generic body names it `subscription`).
+SUBSCRIPTION_KINDS = frozenset({"disconnected"})
 
-
-def redact(text: str) -> str:
-    """`text` with anything that looks like a credential replaced by `[redacted]`."""
-    for pattern in _SECRET_PATTERNS:
-        if pattern.groups >= 2:
-            text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}[redacted]", text)
-        else:
-            text = pattern.sub("[redacted]", text)
-    return text
+# One redactor for Events, status, logs and webhooks (re-exported here for the notifier's callers).
+from controller.redact import redact  # noqa: E402
 
 
 class _Retryable(Exception):
@@ -83,12 +68,12 @@ class _Final(Exception):
 
 
 def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
+    """Retry-After in seconds (delta or HTTP date): the shared parser, `controller.providers.retry_after`."""
+    from datetime import datetime, timezone
+
+    from controller.providers.retry_after import parse_retry_after
+
+    return parse_retry_after(value, datetime.now(timezone.utc))
 
 
 @dataclass
@@ -127,7 +112,8 @@ class Notifier:
         * `AGENTBOX_WEBHOOK_URL_FILE`: file holding the URL (the chart mounts the Secret's key there);
           re-read on every send. Else `AGENTBOX_WEBHOOK_URL` (the URL itself). Neither: notifications off.
         * `AGENTBOX_WEBHOOK_STYLE`: `generic` (default) or `slack`.
-        * `AGENTBOX_WEBHOOK_KINDS`: comma-separated subset of resume,switch,reserve,needs_attention (default: all).
+        * `AGENTBOX_WEBHOOK_KINDS`: comma-separated subset of resume,switch,reserve,needs_attention,disconnected
+          (default: all).
         * `AGENTBOX_CLUSTER_NAME`: optional cluster name for the body.
 
         Raises:
@@ -162,7 +148,8 @@ class Notifier:
 
     # ------------------------------------------------------------------ bodies
     def body(self, kind: Kind, namespace: str, box: str, message: str) -> dict[str, Any]:
-        """The JSON body for one notification (redacted; never holds a token)."""
+        """The JSON body for one notification (redacted; never holds a token). `box` is the object's name:
+        an AgentBox, or for `disconnected` a Subscription (then the generic body's key is `subscription`)."""
         text = redact(message)
         if self.style == "slack":
             emoji, title = _TITLES[kind]
@@ -170,7 +157,7 @@ class Notifier:
             return {"text": f"{emoji} *{title}* `{where}{namespace}/{box}`: {text}"}
         body: dict[str, Any] = {
             "source": "agentbox-controller", "version": __version__, "kind": kind,
-            "namespace": namespace, "box": box, "message": text,
+            "namespace": namespace, ("subscription" if kind in SUBSCRIPTION_KINDS else "box"): box, "message": text,
             "time": self.clock().astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         if self.cluster:

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.events import EventFn, ObjectRef, Recorder
 from controller.kube.objects import Kube
 from controller.settings import Clock, Settings, utcnow
 
@@ -21,6 +22,8 @@ class Runtime:
         exec: `async (namespace, pod, container, argv, stdin=None) -> ExecResult` running one argv in a box container.
         notifier: `controller.notify.Notifier` (optional webhook) or None.
         clock: returns the current UTC instant.
+        events: the one Event poster (deduplicated; also the webhook and the metric). The default
+            only counts (no API writes); the operator's startup gives it the Kubernetes client.
         wakeups: per box (namespace, name) an Event that wakes its tab watcher early.
     """
 
@@ -30,7 +33,16 @@ class Runtime:
     exec: Any = None
     notifier: Any = None
     clock: Clock = utcnow
+    events: Recorder = field(default=None)  # type: ignore[assignment]
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.events is None:
+            self.events = Recorder(None, self.notifier, self.clock)
+
+    def poster(self, body: Any) -> EventFn:
+        """Posts Events on the object `body` (a dict or kopf Body) through `events`."""
+        return self.events.poster(ObjectRef.of(body))
 
     def wakeup(self, namespace: str, name: str) -> asyncio.Event:
         """The wake-up Event of one box (created on first use)."""

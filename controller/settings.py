@@ -5,11 +5,15 @@ Intervals are settings so tests and the demo run them short; defaults suit a rea
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import Callable
 
-from pydantic import Field
-from pydantic import BaseModel
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.sources import EnvSettingsSource
+from pydantic_settings.sources.utils import parse_env_vars
 
 
 def utcnow() -> datetime:
@@ -20,11 +24,21 @@ def utcnow() -> datetime:
 Clock = Callable[[], datetime]
 
 
-class Settings(BaseModel):
+ENV_PREFIX = "AGENTBOX_"
+
+# The environment `Settings.from_env(environ)` reads instead of os.environ (None: os.environ).
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("agentbox_settings_environ", default=None)
+
+
+class Settings(BaseSettings):
     """Tunables of the operator. All durations in seconds.
 
-    Read from the environment by `Settings.from_env()`: each field `x_y` is `AGENTBOX_X_Y`.
+    Read from the environment by pydantic-settings (`Settings()` or `Settings.from_env()`): each field
+    `x_y` is `AGENTBOX_X_Y`; other `AGENTBOX_*` variables (the webhook's, read by controller/notify.py)
+    are ignored. No .env or secrets-directory sources: the chart sets the environment.
     """
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=False)
 
     scan_interval_s: float = Field(5.0, gt=0, description="How often each running box's tabs are captured (two exec calls per box; bounds how fast a limit line is seen, and so rotation).")
     resume_margin_s: float = Field(10.0, ge=0, le=30, description="Delay after a reset before `continue` is sent.")
@@ -44,6 +58,7 @@ class Settings(BaseModel):
     usage_min_interval_s: float = Field(5.0, gt=0, description="Shortest period between usage reads of one subscription.")
     usage_stale_s: float = Field(900.0, gt=0, description="Windows older than this make the state Unknown.")
     usage_max_age_s: float = Field(60.0, ge=0, description="A usage read younger than this is reused.")
+    exec_max_output_bytes: int = Field(1048576, ge=65536, description="Most bytes one pod exec call may print (stdout and stderr together); a box printing more gets no further than that (condition BoxOutputTooLarge).")
     exec_timeout_s: float = Field(10.0, gt=0, description="Timeout of one pod exec call.")
     anthropic_base_url: str = Field("https://api.anthropic.com", description="Anthropic usage API base URL.")
     openai_base_url: str = Field("https://chatgpt.com", description="ChatGPT usage API base URL.")
@@ -53,18 +68,53 @@ class Settings(BaseModel):
     anthropic_token_url: str = Field("https://platform.claude.com/v1/oauth/token", description="Claude Code's OAuth token endpoint (login refresh).")
     openai_token_url: str = Field("https://auth.openai.com/oauth/token", description="Codex's OAuth token endpoint (login refresh).")
     # --- end login lifecycle
+    event_refresh_s: float = Field(60.0, gt=0, description="Shortest period between two writes of a repeated Event's count (repeats are counted, not re-posted).")
+    event_quiet_s: float = Field(600.0, gt=0, description="A repeated Event that was quiet this long is announced again (the webhook too).")
+    # --- box policy (controller/domain/boxpolicy.py, docs/security.md); the chart sets these from `boxPolicy`
+    box_policy: bool = Field(True, description="Check every AgentBox pod template against the box policy (Pod Security restricted, no API token, allow-lists below) before creating its pod, and default the restricted profile's required fields.")
+    box_policy_service_accounts: list[str] = Field(default_factory=list, description="ServiceAccounts a box pod may run as besides `default` (JSON list).")
+    box_policy_allow_token: bool = Field(False, description="A box template may mount a ServiceAccount token (automountServiceAccountToken: true or a projected token).")
+    box_policy_volume_types: list[str] = Field(default_factory=lambda: ["configMap", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim"], description="Volume sources a box template may use (JSON list; a subset of the restricted profile's; Secrets are box_policy_secret_names).")
+    box_policy_secret_names: list[str] = Field(default_factory=list, description="Secrets a box template may use as a volume, projected source, env, envFrom or imagePullSecrets (JSON list).")
+    box_policy_image_prefixes: list[str] = Field(default_factory=list, description="When non-empty, every box image must start with one of these (JSON list).")
+    # --- end box policy
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus metrics port (0 = off).")
-    namespace: str | None = Field(None, description="Watch one namespace only (None = cluster-wide).")
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
-        """Build settings from `AGENTBOX_*` variables; unknown values raise pydantic.ValidationError."""
-        import os
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments first, then the environment (a given mapping in `from_env`); nothing else."""
+        environ = _ENVIRON.get()
+        if environ is not None and isinstance(env_settings, EnvSettingsSource):
+            env_settings.env_vars = parse_env_vars(environ, env_settings.case_sensitive,
+                                                   env_settings.env_ignore_empty, env_settings.env_parse_none_str)
+        return init_settings, env_settings
 
-        env = os.environ if environ is None else environ
-        values = {}
-        for name in cls.model_fields:
-            key = f"AGENTBOX_{name.upper()}"
-            if key in env:
-                values[name] = env[key]
-        return cls(**values)
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+        """Settings from `AGENTBOX_*` variables of `environ` (default: the process environment).
+
+        Raises pydantic.ValidationError on a bad value; `describe_error` turns it into one line naming
+        the variable."""
+        token = _ENVIRON.set(environ)
+        try:
+            return cls()
+        finally:
+            _ENVIRON.reset(token)
+
+
+def describe_error(exc: ValidationError) -> str:
+    """One line per bad setting, naming the environment variable: `AGENTBOX_SCAN_INTERVAL_S: Input should
+    be greater than 0 (got '0')`. The value is shown: settings hold no credentials (the webhook URL is read
+    from a file by controller/notify.py)."""
+    parts = []
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err.get("loc") else "?"
+        parts.append(f"{ENV_PREFIX}{name.upper()}: {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(parts)

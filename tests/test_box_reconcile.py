@@ -198,8 +198,14 @@ async def test_ready_follows_the_pod(world: World):
     await eventually(lambda: condition(world.box("box-a"), C.COND_READY).get("reason") == C.R_POD_PENDING, 15)
     pending_at = condition(world.box("box-a"), C.COND_READY)["lastTransitionTime"]
     await world.kube.set_pod_phase(world.namespace, "box-a", "Running")
+    # The container runs but nothing started the tmux session: not Ready, and the box is not "Running".
+    await eventually(lambda: condition(world.box("box-a"), C.COND_READY).get("reason") == C.R_SESSION_MISSING,
+                     world.settings.scan_interval_s + 10, what="Ready False SessionMissing")
+    assert condition(world.box("box-a"), C.COND_READY)["status"] == "False"
+    assert world.box("box-a")["status"]["state"] != "Running"
+    world.tmux("box-a", "new-session", "-d", "-s", C.TMUX_SESSION, "-n", "main")
     await eventually(lambda: condition(world.box("box-a"), C.COND_READY).get("status") == "True",
-                     world.settings.scan_interval_s + 10, what="Ready True once the pod runs")
+                     world.settings.scan_interval_s + 10, what="Ready True once the pod runs its session")
     box = world.box("box-a")
     ready = condition(box, C.COND_READY)
     assert ready["reason"] == C.R_RECONCILED
@@ -223,6 +229,9 @@ async def test_box_without_subscription_has_no_credentials(world: World):
     assert all(m["name"] != C.CREDENTIALS_VOLUME for c in p["spec"]["containers"] for m in c.get("volumeMounts") or [])
     assert secret(world, "box-sh-credentials") is None
     await world.kube.set_pod_phase(world.namespace, "box-sh", "Running")
+    await eventually(lambda: condition(world.box("box-sh"), C.COND_READY).get("reason") == C.R_SESSION_MISSING,
+                     world.settings.scan_interval_s + 10, what="no session yet: not Ready")
+    world.tmux("box-sh", "new-session", "-d", "-s", C.TMUX_SESSION, "-n", "main")
     await eventually(lambda: condition(world.box("box-sh"), C.COND_READY).get("status") == "True",
                      world.settings.scan_interval_s + 10, what="Ready True for the shell box")
     assert_metav1_conditions(world.box("box-sh"))

@@ -142,3 +142,41 @@ def test_detect_refuses_an_unknown_zone_and_redacts_evidence(tmp_path: Path, cap
     out = json.loads(capsys.readouterr().out)
     assert out["resets_at"] == "2026-07-01T15:13:00Z"
     assert "sk-ant" not in out["evidence"] and "[redacted]" in out["evidence"]
+
+
+def test_detect_explain_names_family_time_expression_and_history(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 13: `detect --explain` says which family matched, which time expression it read, and why an
+    older limit line is history, so an operator sees why a new wording was or was not understood."""
+    from controller.cli_detect import run_detect
+    import argparse
+
+    screen = tmp_path / "s.txt"
+    screen.write_text(
+        "■ You’ve hit your usage limit. Try again at 3:05 PM.\n\n› continue\n\n"
+        "• Working (4s • esc to interrupt)\n\n› Ask Codex to do anything\n\n  gpt-5.6-sol medium · ~/src/app\n")
+    ns = argparse.Namespace(agent="codex", now="2026-05-01T15:06:00Z", tz="UTC", pattern=[], file=str(screen),
+                            explain=True)
+    assert run_detect(ns) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["state"] == "working"
+    text = "\n".join(out["explain"])
+    assert "family usage (pattern:codex/hit-usage-limit)" in text
+    assert 'time expression "Try again at 3:05 PM." -> 2026-05-01T15:05:00Z' in text
+    assert "is history: a message was sent after it" in text
+    assert out["explain"][-1].startswith("verdict: working")
+
+    screen.write_text("● Usage limit reached · set to continue automatically at 7:13am\n"
+                      "  key sk-ant-oat01-abcdefghijklmnopqrstuv\n\n❯ \n")
+    ns = argparse.Namespace(agent="claude-code", now="2026-12-01T06:50:00Z", tz="UTC", pattern=[], file=str(screen),
+                            explain=True)
+    assert run_detect(ns) == 0
+    out = json.loads(capsys.readouterr().out)
+    text = "\n".join(out["explain"])
+    assert "family auto_continue (pattern:claude-code/native-wait)" in text
+    assert "native wait is armed" in text
+    assert "sk-ant-oat01-abcdefghijklmnopqrstuv" not in text  # screen text in the explanation is redacted
+
+    ns.explain = False
+    assert run_detect(ns) == 0
+    assert "explain" not in json.loads(capsys.readouterr().out)

@@ -138,7 +138,11 @@ def test_names_short_names_and_categories():
     assert sub["names"]["shortNames"] == ["asub"]
     for crd in (box, sub):
         assert "sub" not in crd["names"]["shortNames"], "`sub` belongs to OLM's subscriptions.operators.coreos.com"
-        assert crd["names"]["categories"] == ["agentbox"]
+        assert crd["names"]["categories"] == [C.CATEGORY]
+        # A category equal to a name of either kind would make `kubectl get <it>` list both kinds.
+        for other in (box, sub):
+            names = other["names"]
+            assert C.CATEGORY not in {names["singular"], names["plural"], names["kind"].lower(), *names["shortNames"]}
         assert [v["name"] for v in crd["versions"]] == [C.VERSION]
         assert crd["versions"][0]["subresources"] == {"status": {}}
     assert RENDERED["agentboxes.yaml"]["metadata"]["name"] == f"{C.AGENTBOX_PLURAL}.{C.GROUP}"
@@ -148,20 +152,56 @@ def test_names_short_names_and_categories():
 def test_agentbox_printer_columns():
     cols = RENDERED["agentboxes.yaml"]["spec"]["versions"][0]["additionalPrinterColumns"]
     default_cols = [c["name"] for c in cols if not c.get("priority")]
-    assert default_cols == ["Agent", "Subscription", "Next", "State", "Resume-At", "Age"]
+    assert default_cols == ["Ready", "Agent", "Subscription", "Next", "State", "Resume-At", "Age"]
     by_name = {c["name"]: c for c in cols}
     assert by_name["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+    assert by_name["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert by_name["Reason"]["priority"] == 1
+
+
+def test_subscription_printer_columns_show_the_five_hour_reset():
+    cols = RENDERED["subscriptions.yaml"]["spec"]["versions"][0]["additionalPrinterColumns"]
+    default_cols = [c["name"] for c in cols if not c.get("priority")]
+    assert default_cols == ["Provider", "State", "5h", "5h-Resets", "Weekly", "Reserved-Until", "Age"]
+    reset = next(c for c in cols if c["name"] == "5h-Resets")
+    assert reset["type"] == "string", "kubectl prints a future `date` column as <invalid>"
+
+
+def test_conditions_and_tabs_are_list_maps_and_instants_are_date_times():
+    """Conditions are keyed by type and tabs by name (server-side apply merges them by key; the API server
+    refuses duplicates); every instant is `format: date-time` (the API server refuses other strings)."""
+    for kind in KINDS:
+        status = openapi_schema(kind)["properties"]["status"]["properties"]
+        assert status["conditions"]["x-kubernetes-list-type"] == "map"
+        assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
+        assert "type" in status["conditions"]["items"]["required"]
+        assert status["conditions"]["items"]["properties"]["lastTransitionTime"]["format"] == "date-time"
+    tabs = openapi_schema(C.AGENTBOX_KIND)["properties"]["status"]["properties"]["tabs"]
+    assert tabs["x-kubernetes-list-map-keys"] == ["name"] and "name" in tabs["items"]["required"]
+    instants = [path for kind in KINDS for path, node in schema_nodes(openapi_schema(kind))
+                if node.get("format") == "date-time"]
+    described = [path for kind in KINDS for path, node in schema_nodes(openapi_schema(kind))
+                 if "RFC 3339" in (node.get("description") or "")]
+    assert len(instants) >= 9 and sorted(instants) == sorted(described)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_printer_columns_point_at_schema_fields(kind: str):
     schema = openapi_schema(kind)
     for col in RENDERED[KINDS[kind]]["spec"]["versions"][0]["additionalPrinterColumns"]:
-        parts = col["jsonPath"].lstrip(".").split(".")
+        path, _, cond = col["jsonPath"].partition('.conditions[?(@.type=="')
+        if cond:  # a condition's field: .status.conditions[?(@.type=="Ready")].status
+            path = f"{path}.conditions[].{cond.split('.', 1)[1]}"
+        parts = path.lstrip(".").split(".")
         if parts[0] == "metadata":
             continue
         node = schema
         for part in parts:
+            if part.endswith("[]"):
+                part = part[:-2]
+                assert part in (node.get("properties") or {}), f"column {col['name']}: {col['jsonPath']}"
+                node = node["properties"][part]["items"]
+                continue
             assert part in (node.get("properties") or {}), f"column {col['name']}: {col['jsonPath']} not in the schema"
             node = node["properties"][part]
         expected = {"string": "string", "number": "number", "integer": "integer", "date": "string"}[col["type"]]

@@ -138,3 +138,75 @@ def test_detector_never_raises_on_arbitrary_text(now, text):
     for agent in ("claude-code", "codex", "shell"):
         result = detect(agent, text, now, "UTC")
         assert result.state in TabState
+
+
+# ------------------------------------------------------------------------------ same verdict under variants
+# (issue 13) A wording the agents may print any day: the other apostrophe, no-break spaces, the line
+# wrapped at any word, another glyph or separator, extra words between the parts. The verdict must
+# not change.
+
+VARIANT_BASES = [
+    # (agent, limit line, now, box tz)
+    ("claude-code", "⎿  You've hit your weekly limit · resets Oct 13 at 6am (Europe/Paris)", "2026-10-09T12:00:00Z", "UTC"),
+    ("claude-code", "⎿  You've hit your session limit · resets 9pm (America/New_York)", "2026-09-04T22:30:00Z", "UTC"),
+    ("claude-code", "● Usage limit reached · set to continue automatically at 7:13am", "2026-12-01T06:50:00Z", "UTC"),
+    ("claude-code", "⎿  You've hit your monthly spend limit · your session limit resets 2:40pm (Asia/Jakarta)",
+     "2026-09-02T04:10:00Z", "UTC"),
+    ("claude-code", "⎿  You've hit your monthly spend limit · raise it at claude.ai/settings/usage", "2026-07-19T12:00:00Z",
+     "UTC"),
+    ("claude-code", "⎿  5-hour limit reached · resets 5am", "2025-08-23T06:00:00Z", "America/New_York"),
+    ("claude-code", "⎿  You've hit your weekly limit · resets Mon 9am (America/New_York)", "2026-10-30T15:00:00Z", "UTC"),
+    ("codex", "■ You've hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro) or try again at 2:51 PM.",
+     "2026-09-21T17:30:00Z", "America/Chicago"),
+    ("codex", "■ You've hit your usage limit. Try again in 4 days 20 hours 9 minutes.", "2026-09-08T10:00:00Z", "UTC"),
+    ("codex", "■ You're out of credits. Your workspace is out of credits. Add credits to continue using Codex.",
+     "2026-09-01T10:00:00Z", "UTC"),
+]
+EXTRA_WORDS = [("You've hit", "You've now hit"), ("your weekly limit", "your weekly usage limit"),
+               ("your session limit", "your current session limit"), ("· resets", "· it resets"),
+               ("try again at", "try again after"), ("set to continue", "now set to continue")]
+GLYPHS = ["⎿  ", "● ", "⏺ ", "■ ", "⚠ ", ""]
+SEPARATORS = ["·", "∙", "•", "–"]
+
+
+def _screen(agent: str, line: str) -> str:
+    return claude_screen_raw(line) if agent == "claude-code" else codex_screen(line)
+
+
+def claude_screen_raw(line: str) -> str:
+    return f"⏺ Read(src/parser.py)\n  ⎿  Read 214 lines\n\n{line}\n\n╭{'─' * 40}╮\n│ > {' ' * 37}│\n╰{'─' * 40}╯"
+
+
+def _verdict(result) -> tuple:
+    return (result.state, result.kind, result.window, result.auto_continue,
+            None if result.resets_at is None else round(result.resets_at.timestamp() / 60))
+
+
+@settings(max_examples=400, deadline=None)
+@given(base=st.sampled_from(VARIANT_BASES), apostrophe=st.sampled_from(["'", "’"]), nbsp=st.booleans(),
+       glyph=st.sampled_from(GLYPHS + [None]), sep=st.sampled_from(SEPARATORS + [None]),
+       extra=st.lists(st.sampled_from(EXTRA_WORDS), max_size=3, unique=True),
+       wrap=st.integers(min_value=0, max_value=400), indent=st.sampled_from(["", "  ", "     "]))
+def test_variants_keep_the_verdict(base, apostrophe, nbsp, glyph, sep, extra, wrap, indent):
+    agent, line, now_text, tz = base
+    now = datetime.fromisoformat(now_text.replace("Z", "+00:00"))
+    expected = _verdict(detect(agent, _screen(agent, line), now, tz))
+    assert expected[0] is TabState.RATE_LIMITED  # every base is a stop
+
+    variant = line.replace("'", apostrophe)
+    for old, new in extra:
+        variant = variant.replace(old.replace("'", apostrophe), new.replace("'", apostrophe))
+    if glyph is not None:
+        for g in GLYPHS[:-1]:
+            if variant.startswith(g):
+                variant = glyph + variant[len(g):]
+                break
+    if sep is not None:
+        variant = variant.replace(" · ", f" {sep} ")
+    spaces = [i for i, ch in enumerate(variant) if ch == " " and i > 4]
+    if spaces:
+        cut = spaces[wrap % len(spaces)]
+        variant = variant[:cut] + "\n" + indent + variant[cut + 1:]
+    if nbsp:
+        variant = variant.replace(" ", "\u00a0", 3)
+    assert _verdict(detect(agent, _screen(agent, variant), now, tz)) == expected, variant

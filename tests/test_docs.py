@@ -115,10 +115,14 @@ def settings_table() -> str:
     """Operator settings: environment variable, chart value, default, meaning."""
     rows = ["| environment variable | chart value | default | meaning |", "|---|---|---|---|"]
     chart_key = {"metrics_port": "`metrics.port` (0 when `metrics.enabled=false`)",
-                 "namespace": "`clusterWide=false` + `watchNamespaces` (as `run --namespace`)"}
+                 "box_policy": "`boxPolicy.enabled`", "box_policy_service_accounts": "`boxPolicy.allowedServiceAccounts`",
+                 "box_policy_allow_token": "`boxPolicy.allowServiceAccountToken`",
+                 "box_policy_volume_types": "`boxPolicy.allowedVolumeTypes`",
+                 "box_policy_secret_names": "`boxPolicy.allowedSecretNames`",
+                 "box_policy_image_prefixes": "`boxPolicy.allowedImagePrefixes`"}
     for name, field in Settings.model_fields.items():
-        default = field.default
-        shown = "none" if default is None else f"`{default}`"
+        default = field.get_default(call_default_factory=True)
+        shown = "none" if default is None else f"`{json.dumps(default) if isinstance(default, list) else default}`"
         rows.append(f"| `AGENTBOX_{name.upper()}` | {chart_key.get(name, f'`settings.{_camel(name)}`')} | {shown} "
                     f"| {_cell(field.description or '')} |")
     return "\n".join(rows)
@@ -132,7 +136,9 @@ def annotations_table() -> str:
             "ANNOTATION_RESUME_NOW": ("any", "Resume every limited tab now (the human answer to NeedsAttention); "
                                              "removed by the controller once done."),
             "ANNOTATION_RESUME_AT": ("RFC 3339 instant", "Resume the limited tabs at that instant instead of the "
-                                                         "detected reset."),
+                                                         "detected reset (once per value; a value that is not an "
+                                                         "instant within 31 days is ignored: InputIgnored, "
+                                                         "InvalidAnnotation)."),
             "ANNOTATION_CANCEL_RESUME": ("`\"true\"`", "Cancel scheduled resumes: the tabs stay as they are until "
                                                        "the annotation is removed."),
         }[const]
@@ -214,7 +220,7 @@ def test_troubleshooting_names_the_tools_and_conditions():
 
 
 def test_docs_link_to_each_other_and_exist():
-    for name in ("configuration.md", "troubleshooting.md", "operations.md"):
+    for name in ("configuration.md", "troubleshooting.md", "operations.md", "security.md"):
         text = (DOCS / name).read_text()
         for link in re.findall(r"\]\(([^)#:]+\.md)", text):
             assert (DOCS / link).resolve().exists(), f"{name}: broken link {link}"

@@ -293,6 +293,36 @@ async def test_schema_validation(kube: KubeEmulator, http: aiohttp.ClientSession
     assert status == 422 and kube.get(PLURAL, "default", "w")["spec"]["size"] == 1
 
 
+async def test_date_time_format_and_list_map_keys_are_enforced(kube: KubeEmulator, http: aiohttp.ClientSession) -> None:
+    """As the API server: `format: date-time` takes only RFC 3339 instants; an `x-kubernetes-list-type: map`
+    list refuses two items with the same key."""
+    for good in ("2026-03-01T17:05:00Z", "2026-03-01T17:05:00.123+01:00"):
+        status, _ = await call(http, "POST", WIDGETS, {**widget("t"), "spec": {"size": 1, "since": good}})
+        assert status == 201, good
+        await call(http, "DELETE", f"{WIDGETS}/t")
+    for bad in ("2026-03-01", "tomorrow", "2026-13-01T00:00:00Z", "2026-03-01T17:05:00"):
+        status, body = await call(http, "POST", WIDGETS, {**widget("t"), "spec": {"size": 1, "since": bad}})
+        assert status == 422 and body["details"]["causes"][0]["field"] == "spec.since", bad
+    parts = [{"name": "a", "count": 1}, {"name": "b"}]
+    status, _ = await call(http, "POST", WIDGETS, {**widget("m"), "spec": {"size": 1, "parts": parts}})
+    assert status == 201
+    status, body = await call(http, "PATCH", f"{WIDGETS}/m", {"spec": {"parts": [*parts, {"name": "a"}]}}, MERGE)
+    assert status == 422 and body["details"]["causes"][0]["reason"] == "FieldValueDuplicate"
+    assert body["details"]["causes"][0]["field"] == "spec.parts[2]"
+    assert kube.get(PLURAL, "default", "m")["spec"]["parts"] == parts
+
+
+async def test_a_deleted_crd_is_no_longer_served_and_its_objects_go(kube: KubeEmulator,
+                                                                  http: aiohttp.ClientSession) -> None:
+    status, _ = await call(http, "POST", WIDGETS, widget("w"))
+    assert status == 201
+    status, _ = await call(http, "DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}")
+    assert status == 200
+    status, _ = await call(http, "GET", WIDGETS)
+    assert status == 404
+    assert not [k for k in kube._store if k[0].plural == PLURAL]
+
+
 async def test_pods_start_pending_and_the_kubelet_is_played(kube: KubeEmulator, http: aiohttp.ClientSession) -> None:
     _, created = await call(http, "POST", PODS, pod("p"))
     assert created["status"] == {"phase": "Pending"}
@@ -451,3 +481,21 @@ async def test_real_kopf_operator_against_the_emulator(
     assert any(e["metadata"]["name"].startswith("kopf-event-") for e in kube.objects("v1/events"))
     assert not [e for e in kube.journal if (e.status or 0) >= 500]
     logging.getLogger(__name__).info("kopf: status patched after %.2fs, total with stop %.2fs", ready, total)
+
+
+async def test_exec_output_is_bounded_while_it_arrives(kube: KubeEmulator, box: str,
+                                                       core_v1: kubernetes.client.CoreV1Api) -> None:
+    """A box owns the binaries it runs: a `tmux` that prints 32 MiB must not reach the controller's
+    memory. The bound counts stdout and stderr together, frame by frame (issue 9, finding 6)."""
+    big = ["sh", "-c", "head -c 33554432 /dev/zero | tr '\\0' x"]
+    with pytest.raises(ExecError) as exc:
+        await apod_exec(core_v1, "default", box, "box", big, max_output=256 * 1024)
+    assert exc.value.reason == "output_too_large" and "33554432" not in str(exc.value)
+    with pytest.raises(ExecError) as exc:
+        await apod_exec(core_v1, "default", box, "box",
+                        ["sh", "-c", "head -c 200000 /dev/zero | tr '\\0' o; head -c 200000 /dev/zero | tr '\\0' e >&2"],
+                        max_output=300_000)
+    assert exc.value.reason == "output_too_large"
+    fits = await apod_exec(core_v1, "default", box, "box", ["sh", "-c", "head -c 200000 /dev/zero | tr '\\0' y"],
+                           max_output=300_000)
+    assert fits.rc == 0 and fits.stdout == "y" * 200000

@@ -91,3 +91,28 @@ async def test_transcript_entry_catches_a_limit_without_a_banner(world: World):
     await eventually(lambda: [e for e in world.agent_log("box", "main") if e["event"] == "submit"], 30)
     sent = [e for e in world.agent_log("box", "main") if e["event"] == "submit"]
     assert [e["text"] for e in sent] == ["continue"] and sent[0]["t"] >= reset
+
+
+async def test_one_limit_keeps_one_identity_when_the_exact_reset_drops_out(world: World):
+    """issue 13: the statusline gives the exact reset (hh:mm:ss); at that instant it drops out of the
+    structured data and the screen's minute-rounded time takes over. Still the same limit: one
+    LimitDetected (none with a reset in the past) and `continue` no sooner than the exact reset plus
+    the margin."""
+    world.start_operator()
+    reset = float(math.ceil(time.time() + 10))
+    if reset % 60 < 5:
+        reset += 7  # the printed minute must differ from the exact reset
+    statusline = world.pod_dir("box") / ".agentbox" / "statusline.json"
+    statusline.parent.mkdir(parents=True, exist_ok=True)
+    statusline.write_text(json.dumps({"session_id": "s", "rate_limits": {
+        "five_hour": {"used_percentage": 100, "resets_at": int(reset)},
+        "seven_day": {"used_percentage": 30, "resets_at": int(reset) + 86400}}}))
+    await setup(world, reset)
+    await eventually(lambda: tab(world).get("state") == "RateLimited", 15, what="the limit")
+    await eventually(lambda: [e for e in world.agent_log("box", "main") if e["event"] == "submit"],
+                     reset - time.time() + 30, what="continue")
+    sent = [e for e in world.agent_log("box", "main") if e["event"] == "submit"]
+    assert sent[0]["text"] == "continue"
+    assert sent[0]["t"] >= reset + FAST.resume_margin_s - 0.05, f"sent {sent[0]['t'] - reset:.1f} s after the reset"
+    detected = [e["message"] for e in world.events("box") if e["reason"] == "LimitDetected"]
+    assert len(detected) == 1, detected

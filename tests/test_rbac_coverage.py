@@ -37,6 +37,11 @@ JUSTIFIED: dict[tuple[str, str, str], str] = {
     # The API server authorizes pod exec as `create` for SPDY clients and, since Kubernetes 1.30's
     # WebSocket exec (KEP-4006), checks `create` too; the emulator journal shows the WebSocket GET.
     ("", "pods/exec", "create"): "exec authorization",
+    # controller/events.py: a repeated Event is patched (count, lastTimestamp) once its refresh period
+    # ends, and a restarted controller reads the count of an Event it posted before (create -> 409);
+    # both are exercised by tests/test_events.py against a store that behaves like the API server.
+    ("", "events", "patch"): "repeated Event count",
+    ("", "events", "get"): "Event count after a restart",
 }
 # Requests only the namespaced mode makes (kopf follows its namespaces); cluster-wide mode never lists
 # namespaces, so its ClusterRole leaves them out.
@@ -175,14 +180,14 @@ async def test_the_chart_grants_what_the_operator_uses_and_nothing_more(world: W
     used_keys = {a.key for a in used}
     assert ("", "pods/exec", "get") in used_keys and ("", "secrets", "patch") in used_keys, "scenario too short"
 
-    # Cluster-wide mode (the default).
-    cluster = grants({})
+    # Cluster-wide mode.
+    cluster = grants({"clusterWide": True})
     missing = sorted({a.key for a in used if not allowed(a, cluster)} - NAMESPACED_MODE_ONLY)
     assert missing == [], f"the operator made requests the ClusterRole does not allow: {missing}"
     unused = sorted({g[:3] for g in ((g.group, g.resource, g.verb) for g in cluster)} - used_keys - set(JUSTIFIED))
     assert unused == [], f"the ClusterRole grants what no request needs (use it or justify it): {unused}"
 
-    # Namespaced mode, watching the world's namespace: Role there + the observer ClusterRole.
+    # Namespaced mode (the default), watching the world's namespace: Role there + the observer ClusterRole.
     namespaced = grants({"clusterWide": False, "watchNamespaces": [world.namespace]})
     missing = sorted({(a.key, a.namespace) for a in used if not allowed(a, namespaced)})
     assert missing == [], f"the operator made requests the namespaced RBAC does not allow: {missing}"
@@ -220,9 +225,11 @@ def test_discovery_needs_no_rule(path: str):
 def test_peering_adds_only_kopf_peering_rights():
     """Peering cannot run against the emulator (no kopf.dev CRDs there); what it needs is kopf's documented
     peering RBAC (get/list/watch/patch the peering object) plus `create`, as `run --peering` creates it."""
+    cluster_wide = {"clusterWide": True}
     peering = {"replicas": 2, "peering": {"enabled": True}}
     verbs = {"get", "list", "watch", "patch", "create"}
-    extra = {(g.group, g.resource, g.verb, g.namespace) for g in grants(peering) - grants({})}
+    extra = {(g.group, g.resource, g.verb, g.namespace)
+             for g in grants({**cluster_wide, **peering}) - grants(cluster_wide)}
     assert extra == {("kopf.dev", "clusterkopfpeerings", v, None) for v in verbs}
     ns_values = {"clusterWide": False, "watchNamespaces": ["team-a"]}
     extra = {(g.group, g.resource, g.verb, g.namespace) for g in grants({**ns_values, **peering}) - grants(ns_values)}

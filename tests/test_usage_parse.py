@@ -15,6 +15,7 @@ from controller.providers.parse import (
     parse_codex_429,
     parse_openai_usage,
     parse_rate_limit_event,
+    parse_rate_limit_event_usage,
     parse_token_count,
     usage_to_json,
     window_name,
@@ -29,6 +30,12 @@ NOW = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
 
 def _windows_json(usage):
     return usage_to_json(usage)["windows"]
+
+
+def test_corpus_has_the_new_shapes():
+    """issue 13: the limits[] shape, an event with several windows, weekly in Codex's primary slot."""
+    ids = {c["id"] for c in CASES}
+    assert {"NU01", "NE01", "NT01"} <= ids and len(CASES) >= 11
 
 
 def test_corpus_has_every_kind():
@@ -48,6 +55,9 @@ def test_corpus_payload(case):
         assert limited is expect["limited"]
         assert window.name == expect["window"]
         assert format_utc(window.resets_at) == expect["resets_at"]
+        named = {k: v for k, v in expect.items() if k in ("five_hour", "weekly", "monthly")}
+        if named:  # an event with several windows (unifiedWindows): every one of them
+            assert _windows_json(parse_rate_limit_event_usage(payload)[1]) == named
     elif kind == "token_count":
         usage = parse_token_count(payload)
         assert _windows_json(usage) == expect
@@ -251,3 +261,94 @@ def test_malformed_raises_naming_field(call, field):
     assert ei.value.field == field
     assert field in str(ei.value)
     assert SECRET not in str(ei.value)
+
+
+# ---------------------------------------------------------------------------------------------- issue 13 shapes
+
+
+LIMITS = [
+    {"kind": "session", "percent": 34, "resets_at": "2026-08-15T07:29:59.8+02:00", "scope": None},
+    {"kind": "weekly_all", "percent": 81, "resets_at": "2026-08-15T04:59:59+02:00", "scope": None},
+    {"kind": "weekly_scoped", "percent": 99, "resets_at": "2026-08-16T04:59:59+02:00",
+     "scope": {"model": {"id": None, "display_name": "Fable"}}},
+]
+
+
+def test_limits_list_per_model_entry_is_not_the_account_weekly():
+    usage = parse_anthropic_usage({"limits": LIMITS}, NOW)
+    assert _windows_json(usage) == {"five_hour": {"utilization": 34.0, "resets_at": "2026-08-15T05:29:59Z"},
+                                    "weekly": {"utilization": 81.0, "resets_at": "2026-08-15T02:59:59Z"}}
+    only_model = parse_anthropic_usage({"limits": LIMITS[2:]}, NOW)
+    assert only_model.windows == {}  # no data, not the model's 99 % as the account's weekly
+
+
+def test_both_anthropic_shapes_together():
+    usage = parse_anthropic_usage({"five_hour": {"utilization": 30.0, "resets_at": "2026-08-15T05:29:59Z"},
+                                   "seven_day": None, "limits": LIMITS}, NOW)
+    assert usage.windows["five_hour"].utilization == 34.0  # the more used reading of the same window
+    assert usage.windows["weekly"].utilization == 81.0     # only the limits[] shape has it
+
+
+def test_rate_limit_event_per_model_type_is_not_weekly():
+    limited, w = parse_rate_limit_event({"rate_limit_info": {"status": "rejected", "rateLimitType": "seven_day_opus",
+                                                             "resetsAt": 1778565600}})
+    assert limited and w.name == "weekly_opus"
+
+
+def test_rate_limit_event_several_windows_as_a_list_and_rejected():
+    limited, usage = parse_rate_limit_event_usage({"rate_limit_info": {
+        "status": "rejected", "rateLimitType": "seven_day", "resetsAt": 1789308000,
+        "unifiedWindows": [{"rateLimitType": "five_hour", "utilization": 0.4, "resetsAt": 1788868200},
+                           {"rateLimitType": "seven_day", "utilization": 0.98, "resetsAt": 1789308000}]}})
+    assert limited
+    assert usage.windows["weekly"].utilization == 100.0  # rejected: exhausted whatever the fraction said
+    assert usage.windows["five_hour"].utilization == pytest.approx(40.0)
+
+
+@pytest.mark.parametrize(("call", "field"), [
+    (lambda: parse_anthropic_usage({"five_hour": {"utilization": float("nan")}}, NOW), "five_hour.utilization"),
+    (lambda: parse_anthropic_usage({"five_hour": {"utilization": float("inf")}}, NOW), "five_hour.utilization"),
+    (lambda: parse_anthropic_usage({"five_hour": {"utilization": 1e300}}, NOW), "five_hour.utilization"),
+    (lambda: parse_anthropic_usage({"limits": [{"kind": "session", "percent": -1}]}, NOW), "limits[0].percent"),
+    (lambda: parse_anthropic_usage({"limits": "x"}, NOW), "limits"),
+    (lambda: parse_anthropic_usage({"five_hour": {"utilization": 5, "resets_at": "9999-12-31T23:59:59-02:00"}}, NOW),
+     "five_hour.resets_at"),
+    (lambda: parse_anthropic_usage({"five_hour": {"utilization": 5, "resets_at": "9999-12-31T23:59:59+00:00"}}, NOW),
+     "five_hour.resets_at"),
+    (lambda: parse_openai_usage({"rate_limit": {"primary_window": {"used_percent": 5, "limit_window_seconds": 18000,
+                                                                   "reset_after_seconds": 1e300}}}, NOW),
+     "rate_limit.primary_window.reset_after_seconds"),
+    (lambda: parse_openai_usage({"rate_limit": {"primary_window": {"used_percent": 5, "limit_window_seconds": 18000,
+                                                                   "reset_after_seconds": -5}}}, NOW),
+     "rate_limit.primary_window.reset_after_seconds"),
+    (lambda: parse_openai_usage({"rate_limit": {"primary_window": {"used_percent": 5, "limit_window_seconds": 1e300}}},
+                                NOW), "rate_limit.primary_window.limit_window_seconds"),
+    (lambda: parse_token_count({"timestamp": "2026-05-04T10:00:00Z", "payload": {"rate_limits": {"primary": {
+        "used_percent": 5, "window_minutes": 300, "resets_in_seconds": 1e300}}}}),
+     "payload.rate_limits.primary.resets_in_seconds"),
+    (lambda: parse_token_count({"payload": {"rate_limits": {"primary": {
+        "used_percent": 5, "window_minutes": 1e300}}}}), "payload.rate_limits.primary.window_minutes"),
+    (lambda: parse_rate_limit_event({"rate_limit_info": {"status": "rejected", "rateLimitType": "five_hour",
+                                                         "resetsAt": 253402300800}}), "rate_limit_info.resetsAt"),
+    (lambda: parse_rate_limit_event({"rate_limit_info": {"status": "rejected", "rateLimitType": "five_hour",
+                                                         "resetsAt": -5}}), "rate_limit_info.resetsAt"),
+    (lambda: parse_codex_429({"error": {"type": "usage_limit_reached", "resets_in_seconds": 1e300}}, {}, now=NOW),
+     "error.resets_in_seconds"),
+    (lambda: parse_codex_429({}, {"x-codex-primary-used-percent": "nan", "x-codex-primary-window-minutes": "300"}),
+     "x-codex-primary-used-percent"),
+    (lambda: parse_codex_429({}, {"x-codex-primary-used-percent": "5", "x-codex-primary-window-minutes": "1e999"}),
+     "x-codex-primary-window-minutes"),
+])
+def test_out_of_range_numbers_raise_the_parse_error_not_a_crash(call, field):
+    with pytest.raises(UsageParseError) as ei:
+        call()
+    assert ei.value.field == field
+
+
+def test_json_with_1e999_and_nan_is_a_parse_error():
+    body = json.loads('{"five_hour": {"utilization": 1e999, "resets_at": null}}')
+    with pytest.raises(UsageParseError):
+        parse_anthropic_usage(body, NOW)
+    body = json.loads('{"five_hour": {"utilization": NaN}}')
+    with pytest.raises(UsageParseError):
+        parse_anthropic_usage(body, NOW)

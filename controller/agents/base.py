@@ -32,6 +32,16 @@ __all__ = [
     "lp",
     "GENERIC_AWAITING",
     "GENERIC_WORKING_HINTS",
+    "RESET_CLAUSE",
+    "SEP",
+    "APOS",
+    "YOU",
+    "HIT",
+    "OWNER",
+    "SCOPE",
+    "LIMIT_NOUN",
+    "AUTO_CONTINUE",
+    "ADVERB",
 ]
 
 
@@ -65,6 +75,36 @@ class LinePattern:
 def lp(name: str, pattern: str, window: str | None = None, anchored: bool = True) -> LinePattern:
     """Compile a case-insensitive :class:`LinePattern` (helper for profile modules)."""
     return LinePattern(name, re.compile(pattern, re.IGNORECASE), window, anchored)
+
+
+# --------------------------------------------------------------------------------------------
+# The shared vocabulary of the line families (field-pitfalls §1: match families, not sentences).
+# A limit stop is SUBJECT + VERB + OWNER + SCOPE + NOUN ("You've hit your weekly limit", "Your
+# organization has reached its usage limit") or SCOPE + NOUN + VERB ("5-hour limit reached",
+# "Claude AI usage limit reached"); its reset is any RESET_CLAUSE followed by a time expression that
+# controller.domain.timeparse reads. Each profile picks its words from these pieces.
+
+SEP = r"\s*[∙·•\-–—|:,;]\s*"       # separators seen: ∙ · - (and lookalikes)
+APOS = r"['’`´]"
+YOU = (r"(?:You(?:" + APOS + r"ve|" + APOS + r"re|\s+have|\s+are)?"
+       r"|(?:Your\s+)?(?:workspace|organization|organisation|org|account|team|plan|enterprise)"
+       r"(?:\s+(?:has|is|have))?)")
+ADVERB = r"(?:\s+(?:now|already|just|officially|unfortunately|again))?"
+HIT = r"(?:hit|reached|exhausted|exceeded|used\s+up|maxed\s+out|(?:run|ran)\s+out\s+of)"
+OWNER = r"(?:your|the|its|their|this|all(?:\s+of)?\s+your)"
+SCOPE = r"(?P<window>(?:[\w.\-/+" + APOS[1:-1] + r"]+\s+){0,4}?)"
+LIMIT_NOUN = r"(?:(?:usage|rate|message|plan|request|token)\s+)?(?:limit|quota|allowance)s?\b"
+# "continuing automatically", "set to continue automatically" (2.1.332), "will resume automatically"
+AUTO_CONTINUE = (r"(?:(?:claude(?:\s+code)?|codex|it|we|this\s+(?:task|session))\s+)?(?:(?:is|are)\s+)?(?:set\s+to\s+|going\s+to\s+|will\s+)?"
+                 r"(?:continu(?:e|es|ing)|resum(?:e|es|ing))\s+automatically\b"
+                 r"(?!\s+(?:at|when|on)\s+(?:the\s+|a\s+)?(?:usage\s+)?limit)")
+# words that introduce the reset's time expression; the text after one is parsed by timeparse
+RESET_CLAUSE = re.compile(
+    r"\b(?:resets?|reset\s+(?:at|on|in)|renews?|refresh(?:es)?|try\s+again|check\s+back|(?:available|back)\s+again"
+    r"|wait\s+until|until|automatically|tente\s+novamente|int[ée]ntalo\s+de\s+nuevo|vuelve\s+a\s+intentarlo"
+    r"|réessayez|erneut)\b|\|",
+    re.IGNORECASE,
+)
 
 
 InputParser = Callable[[Sequence[ScreenLine]], "InputBox | None"]
@@ -102,6 +142,15 @@ class Profile:
         restart_argv: argv that restarts the agent in its cwd with the last session, or None.
         credential_path: login file inside the agent's home ("~" = the agent user's home).
         credential_secret_key: key of that file in the box credentials Secret.
+    Time and kind:
+        reset_clause: words that introduce a reset's time expression ("resets", "try again",
+            "until", "|" before an epoch); a limit line's time is the first one after them that
+            :func:`controller.domain.timeparse.parse_when` reads (also in the rows that continue
+            the line's paragraph).
+        credits_hint: on a usage line without any time, marks a cap no reset lifts (Codex's
+            "Increase your limits to continue"): kind CREDITS.
+        auto_in_line: the native wait announced after a limit statement on the same line
+            ("Usage limit reached · limit resets 5:13pm Continuing automatically at 5:13pm").
     """
 
     agent: str
@@ -127,6 +176,9 @@ class Profile:
     restart_argv: tuple[str, ...] | None = None
     credential_path: str | None = None
     credential_secret_key: str | None = None
+    reset_clause: re.Pattern[str] | None = RESET_CLAUSE
+    credits_hint: re.Pattern[str] | None = None
+    auto_in_line: re.Pattern[str] | None = None
 
 
 def _rx(*patterns: str) -> tuple[re.Pattern[str], ...]:
@@ -188,6 +240,7 @@ def detect(
     now: datetime,
     tz: str,
     user_patterns: Sequence[UserPattern] = (),
+    trace: list[str] | None = None,
 ) -> Detection:
     """Detect what a tab's screen means for ``agent`` (see :func:`detect_screen`).
 
@@ -197,6 +250,8 @@ def detect(
         now: tz-aware instant the screen was seen.
         tz: the box's IANA zone (applies when a line names none).
         user_patterns: compiled ``spec.detection.patterns`` (see ``compile_user_pattern``).
+        trace: a list that receives one sentence per decision step (family, time expression, why a
+            line is history); see :func:`detect_screen`.
 
     Returns:
         A :class:`~controller.domain.types.Detection` (resets_at in UTC).
@@ -205,7 +260,7 @@ def detect(
         UnknownAgent: no profile for ``agent``.
         ValueError: ``now`` is naive.
     """
-    return detect_screen(get_profile(agent), screen, now, tz, user_patterns)
+    return detect_screen(get_profile(agent), screen, now, tz, user_patterns, trace)
 
 
 def resume_actions(agent: str) -> tuple[str, list[str] | None]:

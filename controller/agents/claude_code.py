@@ -1,15 +1,21 @@
-"""Claude Code profile: line families as Claude Code 1.x-2.1.328 prints them, plus action data.
+"""Claude Code profile: line families as Claude Code 1.x-2.1.332 prints them, plus action data.
 
-Wordings come from the corpus (tests/fixtures/corpus/limit-screens.jsonl, sources per case) and
-from the real CLI (2.1.328) against the provider emulator (notes/real-agents.md):
+The families are built from the shared vocabulary in :mod:`controller.agents.base` (subject + verb
++ scope + noun, a reset clause, a time expression), not from sentences. Wordings they were checked
+against come from the corpus (tests/fixtures/corpus/limit-screens.jsonl, sources per case) and
+from the real CLI (2.1.328, 2.1.332) against the provider emulator (notes/real-agents.md):
 
 - ``Claude AI usage limit reached|1755615600`` (1.0.x, epoch seconds)
 - ``Claude usage limit reached. Your limit will reset at 5pm (Europe/Warsaw).`` (1.0.x)
 - ``5-hour limit reached ∙ resets 5am``, ``Weekly limit reached ∙ resets Nov 13 at 9am`` (1.0.8x-2.0)
 - ``You've hit your limit · resets 10pm (America/New_York)``, ``You've hit your session limit ·
   resets 4:20am (Europe/Warsaw)``, ``You've hit your weekly limit · resets Aug 3, 7am (Europe/Zurich)``
-- native wait: ``Usage limit reached · continuing automatically at 7pm · esc or type to cancel`` and
-  ``⚠ Usage limit reached · limit resets 5:13pm`` / ``Continuing automatically at 5:13pm · Esc to cancel``
+- native wait: ``Usage limit reached · continuing automatically at 7pm · esc or type to cancel``,
+  ``● Usage limit reached · set to continue automatically at 7:13am`` (2.1.332) and the footer
+  ``⚠ Usage limit reached · limit resets 5:13pm`` / ``Continuing automatically at 5:13pm · Esc to cancel``;
+  cancelled or given up: ``● Automatic continue cancelled · …``, ``● Automatic continue stopped · …``
+- spend caps ``You've hit your monthly spend limit`` (credits; usage when the line names a reset),
+  model limits ``You've reached your Fable limit.``, ``You're out of extra usage``
 - the options menu ``What do you want to do?`` / ``❯ 1. Stop and wait for limit to reset`` (order varies).
 No I/O.
 """
@@ -19,17 +25,21 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from controller.agents.base import GENERIC_AWAITING, GENERIC_WORKING_HINTS, Profile, lp
-from controller.domain.detection import InputBox, ScreenLine
-
-SEP = r"\s*[∙·•\-–—|]\s*"           # separators seen: ∙ · - (and a few lookalikes)
-APOS = r"['’]"
-WHEN = r"(?P<when>\S.*)"
-# words that may precede "limit": "5-hour", "weekly", "session", "Opus weekly", "usage", ...
-WINDOW_WORDS = (
-    r"(?P<window>(?:(?:5-hour|5h|five-hour|weekly|session|daily|monthly|usage|opus|sonnet|haiku|"
-    r"model|claude|max|pro|extra)\s+){0,3})"
+from controller.agents.base import (
+    ADVERB,
+    AUTO_CONTINUE,
+    GENERIC_AWAITING,
+    GENERIC_WORKING_HINTS,
+    HIT,
+    LIMIT_NOUN,
+    OWNER,
+    SCOPE,
+    SEP,
+    YOU,
+    Profile,
+    lp,
 )
+from controller.domain.detection import InputBox, ScreenLine
 
 _PROMPT = re.compile(r"^[>❯](?:\s+(?P<text>.*))?$")
 _NUMBERED = re.compile(r"^[>❯]\s*\d{1,2}[.)]\s")
@@ -115,39 +125,42 @@ PROFILE = Profile(
         lp("retry-attempt", r"\(attempt\s+\d+\s*/\s*\d+\)", anchored=False),
     ),
     overload=(
-        lp("server-limiting", r"Server is temporarily limiting requests|\(not your usage limit\)", anchored=False),
+        lp("server-limiting", r"Server is temporarily limiting requests|\(not your usage limit\)|not (?:a|your) usage limit",
+           anchored=False),
         lp("overloaded", r"API Error:?\s*\(?(?:529|overloaded)|overloaded_error|\bOverloaded\b", anchored=False),
         lp("request-rejected-429",
            r"API Error:?\s*(?:Request rejected\s*)?\(?429\b|exceed your (?:account|organization)['’]s rate limit",
            anchored=False),
     ),
+    # no reset lifts these, unless the line names one (then kind usage: "monthly spend limit · your
+    # session limit resets 2:40pm", corpus N07)
     credits=(
-        lp("out-of-credits", r"(?:Your\s+(?:workspace|organization|account)\s+is\s+|You['’]re\s+|You are\s+)?"
-                             r"out of (?:usage |extra usage |API )?credits"),
-        lp("spend-cap", r"(?:You['’]ve\s+)?hit your (?:monthly |org(?:anization)? )?spend(?:ing)? (?:cap|limit)"),
+        lp("out-of-credits", r"(?:" + YOU + ADVERB + r"\s+)?(?:(?:run|ran)\s+)?out\s+of\s+(?:(?:your|the|its)\s+)?"
+                             r"(?:extra\s+usage|(?:usage\s+|API\s+|prepaid\s+|extra\s+usage\s+)?credits)\b"),
+        lp("spend-cap", r"(?:" + YOU + ADVERB + r"\s+)?" + HIT + r"\s+" + OWNER + r"\s+(?:[\w-]+\s+){0,2}?"
+                        r"spend(?:ing)?\s+(?:cap|limit)"),
         lp("extra-usage-required", r"Extra usage is required"),
         lp("credit-balance", r"credit balance is too low"),
     ),
     auto_cancel=(
-        lp("auto-cancelled", r"Automatic continue cancelled"),
+        lp("native-wait-cancelled",
+           r"(?:automatic(?:ally)?|auto-?)\s*continu\w*(?:\s+(?:was|has\s+been|is))?\s+"
+           r"(?:cancel+ed|stopped|disabled|turned\s+off|gave\s+up|given\s+up|abandoned|aborted|paused|off)\b"),
     ),
     recovered=(
-        lp("limit-reset", r"Usage limit reset" + SEP + r"Continuing automatically"),
+        lp("limit-reset", r"(?:usage\s+)?limit\s+(?:has\s+)?reset\b(?:\s+early)?" + SEP + r"(?:continu|resum)\w*"),
     ),
+    # the native wait: "● Usage limit reached · continuing automatically at 5:13pm · esc to cancel"
+    # (2.1.328), "… · set to continue automatically at 7:13am" (2.1.332), the footer's
+    # "Continuing automatically at 5:13pm · Esc to cancel" and, after the reset, "Continuing shortly"
     auto_continue=(
-        lp("native-wait", r"Usage limit reached" + SEP + r"continuing automatically at\s+" + WHEN),
-        lp("native-wait-continuing", r"Continuing automatically at\s+" + WHEN, anchored=False),
-        lp("native-wait-shortly", r"^Continuing shortly" + SEP + r"Esc", anchored=False),
+        lp("native-wait", r"(?:(?:[\w-]+\s+){0,3}?limit\s+(?:reached|hit|exhausted)" + SEP + r")?" + AUTO_CONTINUE),
+        lp("native-wait", r"Continuing shortly\b"),
     ),
     usage=(
-        lp("claude-ai-epoch", r"Claude(?:\s+AI|\s+Max|\s+Pro)?\s+usage limit reached\s*\|\s*(?P<epoch>\d{9,11})"),
-        lp("claude-usage-limit", r"Claude(?:\s+AI|\s+Max|\s+Pro)?\s+usage limit reached\b[.!]?"
-                                 r"(?:\s*Your limit will reset at\s+" + WHEN + r")?"),
-        lp("limit-reached", WINDOW_WORDS + r"limit reached\b(?:" + SEP + r"(?:limit\s+)?resets?(?:\s+at)?\s+" + WHEN + r")?"),
-        lp("hit-your-limit", r"You(?:" + APOS + r"ve|\s+have)\s+hit your\s+" + WINDOW_WORDS + r"limit\b"
-                             r"(?:" + SEP + r"resets?(?:\s+at)?\s+" + WHEN + r")?"),
-        lp("reached-your-limit", r"You(?:" + APOS + r"ve|\s+have)\s+reached your\s+" + WINDOW_WORDS + r"limit\b"
-                                 r"(?:" + SEP + r"resets?(?:\s+at)?\s+" + WHEN + r")?"),
+        lp("hit-your-limit", YOU + ADVERB + r"\s+" + HIT + r"\s+" + OWNER + r"\s+" + SCOPE + LIMIT_NOUN),
+        lp("limit-reached", SCOPE + LIMIT_NOUN + r"(?:\s+(?:has\s+been|was|is))?\s+(?:reached|hit|exhausted|exceeded)\b"),
+        lp("out-of-usage", YOU + ADVERB + r"\s+(?:(?:run|ran)\s+)?out\s+of\s+(?:usage|messages|requests)\b"),
     ),
     warnings=(
         lp("approaching", r"Approaching\s+(?:your\s+)?.{0,40}?limit", anchored=False),
@@ -177,4 +190,5 @@ PROFILE = Profile(
     restart_argv=None,
     credential_path="~/.claude/.credentials.json",
     credential_secret_key="credentials.json",
+    auto_in_line=re.compile(AUTO_CONTINUE + r"|Continuing shortly\b", re.IGNORECASE),
 )

@@ -1,4 +1,7 @@
-"""Codex CLI profile: line families as Codex 0.x (up to 0.169.0) prints them, plus action data.
+"""Codex CLI profile: line families as Codex 0.x (up to 0.171.0) prints them, plus action data.
+
+The families come from the shared vocabulary in :mod:`controller.agents.base`; the time after
+"try again" is read by the one grammar of :mod:`controller.domain.timeparse`.
 
 Wordings come from the corpus (tests/fixtures/corpus/limit-screens.jsonl) and from the real CLI
 against the provider emulator (notes/real-agents.md). Codex never prints a zone: times are the
@@ -8,6 +11,10 @@ box's local time, and a time without a date is on the same local date (``time_on
 - ``… or try again at 5:19 PM.`` / ``… at Mar 10th, 2026 3:39 AM.`` / ``… at Aug 20, 2026, 7:38 AM.``
 - prefixes ``■``, ``🖐``, ``ERROR:``, ``Error running remote compact task:``
 - localized (optional): ``Você atingiu seu limite de uso … tente novamente em 21 de abr. de 2026 02:53``
+- model-scoped: ``ERROR: You've hit your usage limit for GPT-5.3-Codex-Spark.`` / ``Switch to another
+  model now, or try again at Aug 8th, 2026 7:26 PM.`` (the time in the next sentence)
+- the workspace owner's cap: ``Usage limit reached. … Increase your limits to continue`` (credits)
+- warning, never a stop: ``⚠ 5h limit: only <1% left · resets at 07:16 · /status`` (0.171.0 right-aligned)
 - overload: ``exceeded retry limit, last status: 429 Too Many Requests`` (openai/codex#26057)
 - approval overlay: ``Would you like to run the following command?`` / ``› 1. Yes, proceed (y)``.
 No I/O.
@@ -18,11 +25,20 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from controller.agents.base import GENERIC_AWAITING, GENERIC_WORKING_HINTS, Profile, lp
+from controller.agents.base import (
+    ADVERB,
+    GENERIC_AWAITING,
+    GENERIC_WORKING_HINTS,
+    HIT,
+    LIMIT_NOUN,
+    OWNER,
+    SCOPE,
+    YOU,
+    Profile,
+    lp,
+)
 from controller.domain.detection import InputBox, ScreenLine
 
-APOS = r"['’]"
-WHEN = r"(?P<when>(?!later\b)\S.*)"
 
 # Placeholders Codex shows in an empty composer (codex-rs/tui chat composer prompts).
 PLACEHOLDERS = (
@@ -43,6 +59,7 @@ _COMPOSER = re.compile(r"^[›▌](?:\s+(?P<text>.*))?$")
 _NUMBERED = re.compile(r"^[›▌]\s*\d{1,2}[.)]\s")
 _FOOTER = re.compile(
     r"context left|for shortcuts|⏎|\bsend\b.*\bnewline\b|tab to queue|to interrupt|"
+    r"\bwarnings?\s*·\s*f\d{1,2} to view|"  # 0.171: "⚠ 2 warnings · f2 to view" alone on the last row
     r"^\s*(?:gpt|o\d|codex)-[\w.-]+\s",
     re.IGNORECASE,
 )
@@ -67,7 +84,7 @@ def parse_input(rows: Sequence[ScreenLine]) -> InputBox | None:
         if row.kind != "text":
             continue
         if not _COMPOSER.match(row.text) or _NUMBERED.match(row.text):
-            if _OUTPUT.match(row.text):
+            if _OUTPUT.match(row.text) and not _FOOTER.search(row.text):
                 return None  # output below any composer candidate: no composer on the bottom
             continue
         end = pos
@@ -75,7 +92,7 @@ def parse_input(rows: Sequence[ScreenLine]) -> InputBox | None:
                 and not _OUTPUT.match(rows[end + 1].text):
             end += 1
         tail = [r for r in rows[end + 1:] if r.kind == "text"]
-        if len(tail) > 4 or any(_OUTPUT.match(r.text) for r in tail):
+        if len(tail) > 4 or any(_OUTPUT.match(r.text) and not _FOOTER.search(r.text) for r in tail):
             return None
         m = _COMPOSER.match(row.text)
         parts = [(m.group("text") or "") if m else ""] + [r.text for r in rows[pos + 1:end + 1]]
@@ -83,8 +100,6 @@ def parse_input(rows: Sequence[ScreenLine]) -> InputBox | None:
         return InputBox(row.index, rows[end].index, "" if _PLACEHOLDER.match(text) else text)
     return None
 
-
-_TRY_AGAIN = r"(?:.*?\b(?:try again|tente novamente|int[ée]ntalo de nuevo|vuelve a intentarlo)\s+(?:at|in|em|en|el|às|a las)?\s*" + WHEN + r")?"
 
 PROFILE = Profile(
     agent="codex",
@@ -95,24 +110,28 @@ PROFILE = Profile(
     ),
     overload=(
         lp("exceeded-retry-limit", r"exceeded retry limit", anchored=False),
-        lp("server-overloaded", r"server_is_overloaded|\bserver (?:is )?overloaded\b|experiencing high demand",
-           anchored=False),
+        lp("server-overloaded", r"server_is_overloaded|\bserver (?:is )?overloaded\b|experiencing high demand"
+                                r"|model is at capacity|not (?:a|your) usage limit", anchored=False),
     ),
     credits=(
-        lp("out-of-credits", r"(?:Your\s+(?:workspace|organization|account)\s+is\s+|You['’]re\s+|You(?:['’]ve| have)\s+run\s+)?"
-                             r"out of credits"),
-        lp("spend-cap", r"(?:You['’]ve\s+)?hit your (?:monthly |workspace )?spend(?:ing)? (?:cap|limit)"),
+        lp("out-of-credits", r"(?:" + YOU + ADVERB + r"\s+)?(?:(?:run|ran)\s+)?out\s+of\s+(?:(?:your|the|its)\s+)?"
+                             r"(?:extra\s+usage|(?:usage\s+|API\s+|prepaid\s+)?credits)\b"),
+        lp("spend-cap", r"(?:" + YOU + ADVERB + r"\s+)?" + HIT + r"\s+" + OWNER + r"\s+(?:[\w-]+\s+){0,2}?"
+                        r"spend(?:ing)?\s+(?:cap|limit)"),
         lp("quota-exceeded", r"Quota exceeded|insufficient_quota|credit balance is too low"),
     ),
     usage=(
-        lp("hit-usage-limit", r"You(?:" + APOS + r"ve|\s+have)\s+(?:hit|reached) your\s+(?P<window>(?:5h\s+|weekly\s+)?)usage limit\b" + _TRY_AGAIN),
-        lp("usage-limit-reached", r"\busage_limit_reached\b" + _TRY_AGAIN, anchored=False),
-        lp("pt-limite-de-uso", r"Voc[êe] atingiu (?:o\s+)?seu limite de uso" + _TRY_AGAIN),
-        lp("es-limite-de-uso", r"(?:Has alcanzado|Alcanzaste) (?:tu|el) l[íi]mite de uso" + _TRY_AGAIN),
+        lp("hit-usage-limit", YOU + ADVERB + r"\s+" + HIT + r"\s+" + OWNER + r"\s+" + SCOPE + LIMIT_NOUN),
+        lp("usage-limit-reached", SCOPE + LIMIT_NOUN + r"(?:\s+(?:has\s+been|was|is))?\s+(?:reached|hit|exhausted|exceeded)\b"),
+        lp("usage-limit-reached", r"\busage_limit_reached\b", anchored=False),
+        lp("pt-limite-de-uso", r"Voc[êe] atingiu (?:o\s+)?seu limite de uso"),
+        lp("es-limite-de-uso", r"(?:Has alcanzado|Alcanzaste) (?:tu|el) l[íi]mite de uso"),
     ),
     warnings=(
-        lp("heads-up", r"Heads up, you['’]ve used over\s+\d+\s*%", anchored=False),
-        lp("limit-left", r"\b(?:5h|weekly|monthly)\s+limit:\s*(?:only\s+)?<?\d+\s*%\s+left", anchored=False),
+        lp("heads-up", r"Heads up[,:]?\s+you(?:['’]ve| have)\s+(?:used\s+(?:over\s+)?|less\s+than\s+)\d+\s*%",
+           anchored=False),
+        lp("limit-left", r"\b(?:5h|weekly|monthly|daily|[\w.-]+)\s+limit:\s*(?:only\s+)?[<>]?\s*\d+(?:\.\d+)?\s*%\s+left",
+           anchored=False),
         lp("approaching", r"Approaching (?:your )?(?:rate|usage)? ?limits?", anchored=False),
     ),
     working=(
@@ -132,4 +151,6 @@ PROFILE = Profile(
     restart_argv=("codex", "resume", "--last"),
     credential_path="~/.codex/auth.json",
     credential_secret_key="auth.json",
+    # a usage line with no time at all and this remedy is the workspace owner's cap (corpus N31)
+    credits_hint=re.compile(r"Increase your limits|(?:ask|contact) your (?:workspace )?(?:admin|owner)", re.IGNORECASE),
 )

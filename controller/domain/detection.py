@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TYPE_CHECKING
 
-from controller.domain.timeparse import from_parts, parse_when
+from controller.domain.timeparse import from_parts, parse_when_span
 from controller.domain.types import (
     WINDOW_FIVE_HOUR,
     WINDOW_MONTHLY,
@@ -163,7 +163,8 @@ class JoinedLine:
 
 # A row starting like this begins a new logical line (it is not a wrapped continuation).
 _STARTER = re.compile(
-    r"^(?:[⎿●⏺■🖐⚠•◦└├›❯>✶✻✽✢✳·*$#✔✓✗✘☐☒□▪‣⏵↓↑─▌\[]"
+    r"^(?:[⎿●⏺■🖐⚠◦└├›❯>✶✻✽✢✳*$#✔✓✗✘☐☒□▪‣⏵↓↑─▌\[]"
+    r"|[·•](?!\s*[a-z])"  # a separator that wrapped to the row start ("· resets 5pm") continues the line
     r"|\d+[.)]\s"
     r"|(?:ERROR|Error|Warning|WARN|Press|Enter to|Esc to|Tip:|\? for)\b)"
 )
@@ -234,6 +235,15 @@ class UserPattern:
 _NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*](?:[^()\\]|\\.)*\)\s*(?:[+*]|\{\d*,\d*\})")
 
 
+def _re2_reason(exc: Exception) -> str:
+    """RE2's parse error as text: the binding raises `error(b"missing ): (")` (bytes, "<reason>: <at>"),
+    shown as `missing ) at '('`."""
+    raw = exc.args[0] if exc.args else str(exc)
+    text = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else str(raw)
+    reason, sep, at = text.partition(": ")
+    return f"{reason} at {at!r}" if sep and at else text
+
+
 def compile_user_pattern(
     text: str,
     kind: str | LimitKind = LimitKind.USAGE,
@@ -278,7 +288,8 @@ def compile_user_pattern(
         regex = re2.compile(text, options)
     except re2.error as exc:
         raise InvalidPattern(
-            f"{field_path}: not a valid regular expression for RE2 (no lookaround or backreferences): {exc}"
+            f"{field_path}: not a valid regular expression for RE2 (no lookaround or backreferences): "
+            f"{_re2_reason(exc)}"
         ) from None
     unknown = sorted(set(regex.groupindex) - USER_PATTERN_GROUPS)
     if unknown:
@@ -302,6 +313,9 @@ class _Event:
     resets_at: datetime | None = None
     window: str | None = None
     auto: bool = False
+    family: str = ""         # the profile family that matched (usage, credits, auto_continue, ...)
+    when_text: str = ""      # the time expression that was parsed ("resets 5:13pm (UTC)")
+    why: str = ""            # a note for `detect --explain` (e.g. "a spend cap that names a reset")
 
 
 @dataclass
@@ -318,6 +332,7 @@ class _Info:
     user: bool = False
 
 
+_SLASH_ECHO = re.compile(r"^[>❯›]\s*/[\w-]+(?:\s|$)")
 _PREFIX = re.compile(r"^[\s⎿●⏺■🖐\ufe0f⚠•◦>❯›│▌✗✘×!*\-]*")
 _QUOTES_OPEN = "“«‘"
 _OPTION = re.compile(r"^(?P<cursor>[❯›>▸▶]\s*)?(?P<num>\d{1,2})[.)]\s+(?P<text>.+)$")
@@ -336,10 +351,21 @@ def _window_of(text: str | None) -> str | None:
     return None
 
 
+# What a log or a wrapper may print before a limit line: timestamps, [tags], levels, module paths.
+_LOG_LEAD = re.compile(
+    r"^(?:\s*(?:\[[^\]]{1,48}\]"
+    r"|\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?)?(?:Z|[+-]\d{2}:?\d{2})?"
+    r"|\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
+    r"|(?:ERROR|ERR|WARN(?:ING)?|INFO|DEBUG|TRACE|FATAL|CRITICAL)\b:?"
+    r"|[A-Za-z_][\w-]*(?:::[\w-]+)+:?))+\s*"
+)
+
+
 def _lead_ok(lead: str) -> bool:
-    """Text before a limit phrase: nothing (after glyph prefixes) or a short "Something:" lead,
-    never an open quote (limit text quoted in the agent's prose, corpus C57)."""
+    """Text before a limit phrase: nothing (after glyph prefixes, log timestamps and levels) or a
+    short "Something:" lead, never an open quote (limit text quoted in the agent's prose, corpus C57)."""
     lead = _PREFIX.sub("", lead).rstrip()
+    lead = _PREFIX.sub("", _LOG_LEAD.sub("", lead)).rstrip()
     if not lead:
         return True
     if lead.count('"') % 2 or lead.count("`") % 2 or any(q in lead for q in _QUOTES_OPEN):
@@ -358,12 +384,58 @@ _TIME_KEYS = ("epoch", "year", "month", "day", "hour", "minute", "ampm", "zone",
               "rel_days", "rel_hours", "rel_minutes", "rel_seconds")
 
 
-def _resets(m: re.Match[str], now: datetime, tz: str, rule: str) -> datetime | None:
+def _find_time(
+    profile: Profile | None,
+    m: Any,
+    text: str,
+    tail: str,
+    now: datetime,
+    tz: str,
+    rule: str,
+) -> tuple[datetime | None, str, int]:
+    """The reset instant a limit line names: ``(instant or None, the time expression read,
+    position in ``text`` where the reset clause starts or -1)``.
+
+    A ``when`` group or time-part groups of the match decide (user patterns); otherwise the first
+    reset clause of the profile ("resets", "try again", "until", …) after the match, in the line
+    and then in ``tail`` (the rows continuing the line's paragraph), whose following text
+    :func:`controller.domain.timeparse.parse_when` reads.
+    """
     groups = m.groupdict()
     if groups.get("when"):
-        return parse_when(groups["when"], now, tz, rule)  # type: ignore[arg-type]
+        instant, span = parse_when_span(groups["when"], now, tz, rule)  # type: ignore[arg-type]
+        return instant, span, m.start(m.re.groupindex["when"])  # re2 takes group numbers only
     parts = {k: groups.get(k) for k in _TIME_KEYS if groups.get(k)}
-    return from_parts(parts, now, tz, rule) if parts else None  # type: ignore[arg-type]
+    if parts:
+        return from_parts(parts, now, tz, rule), m.group(0), m.start()  # type: ignore[arg-type]
+    clause = profile.reset_clause if profile is not None else None
+    if clause is None:
+        return None, "", -1
+    # right after the phrase ("continuing automatically at 7pm", "usage limit reached|1755615600")
+    instant, span = parse_when_span(text[m.end():m.end() + 200], now, tz, rule)  # type: ignore[arg-type]
+    if instant is not None:
+        return instant, span, m.end()
+    for source, offset in ((text[m.end():], m.end()), (tail, -1)):
+        for c in clause.finditer(source[:_MAX_LINE_CHARS]):
+            instant, span = parse_when_span(source[c.end():], now, tz, rule)  # type: ignore[arg-type]
+            if instant is not None:
+                return instant, f"{c.group(0)}{span_raw(source[c.end():], span)}".strip(), \
+                    (offset + c.start() if offset >= 0 else -1)
+    return None, "", -1
+
+
+def span_raw(after: str, span: str) -> str:
+    """The clause's own spacing before the time expression ("try again" + " at 3:05 PM")."""
+    return after[: len(after) - len(after.lstrip())] + span
+
+
+def _window_near(text: str, start: int, clause: int) -> str | None:
+    """The window named right before the reset clause, after the last separator ("monthly spend
+    limit · your session limit resets 2:40pm" → five_hour)."""
+    if clause <= start:
+        return None
+    segment = re.split(r"[∙·•|]", text[start:clause])[-1][-40:]
+    return _window_of(segment)
 
 
 _FAMILIES = (
@@ -385,29 +457,47 @@ def _classify(
     now: datetime,
     tz: str,
     user_patterns: Sequence[UserPattern],
+    tail: str = "",
 ) -> _Info:
     info = _Info(idx, line)
     text = line.text
     rule = profile.time_only_rule
-    for attr, cls in _FAMILIES:
+    stripped = text.strip()
+    m = _OPTION.match(stripped)
+    if m:
+        # a menu option ("2. Wait here, then continue automatically at 5:41pm") is a choice, not an event
+        info.option = (int(m.group("num")), m.group("text").strip())
+        info.cursor = bool(m.group("cursor"))
+    for attr, cls in _FAMILIES if info.option is None else ():
         for pattern in getattr(profile, attr):
             m = _match(pattern, text)
             if m is None:
                 continue
-            window = pattern.window or _window_of(m.groupdict().get("window"))
-            event = _Event(cls, f"pattern:{profile.agent}/{pattern.name}", window=window)
+            event = _Event(cls, f"pattern:{profile.agent}/{pattern.name}", family=attr)
             if cls in ("usage", "auto", "credits"):
-                event.resets_at = _resets(m, now, tz, rule) if cls != "credits" else None
-            if cls == "auto":
-                event.cls, event.auto = "usage", True
-            if cls == "usage":
-                # "Usage limit reached · limit resets 5:13pm / Continuing automatically at 5:13pm"
-                event.auto = any(_match(p, text) for p in profile.auto_continue)
+                instant, when_text, clause = _find_time(profile, m, text, tail, now, tz, rule)
+                event.resets_at, event.when_text = instant, when_text
+                if cls == "credits":
+                    if instant is not None:
+                        # a spend cap that names a session/weekly reset is lifted by it (corpus README)
+                        event.cls, event.why = "usage", "a spend cap that names a reset: that reset lifts it"
+                        event.window = pattern.window or _window_near(text, m.start(), clause)
+                elif cls == "auto":
+                    event.cls, event.auto = "usage", True
+                else:
+                    event.window = (pattern.window or _window_near(text, m.start(), clause)
+                                    or _window_of(m.groupdict().get("window")))
+                    if instant is None and profile.credits_hint is not None \
+                            and profile.credits_hint.search(f"{text} {tail}"):
+                        event.cls, event.why = "credits", "a usage limit without a reset, with a remedy no reset gives"
+                    # "Usage limit reached · limit resets 5:13pm / Continuing automatically at 5:13pm"
+                    event.auto = profile.auto_in_line is not None and \
+                        profile.auto_in_line.search(text, m.end()) is not None
             info.event = event
             break
         if info.event:
             break
-    if info.event is None and user_patterns:
+    if info.event is None and user_patterns and info.option is None:
         clipped = text[-_MAX_LINE_CHARS:]
         for number, up in enumerate(user_patterns):
             m = up.regex.search(clipped)
@@ -415,23 +505,20 @@ def _classify(
                 continue
             cls = {LimitKind.USAGE: "usage", LimitKind.CREDITS: "credits",
                    LimitKind.OVERLOAD: "overload", LimitKind.WARNING: "warning"}[up.kind]
-            event = _Event(cls, f"user-pattern:{number}", window=_window_of(m.groupdict().get("window")))
+            event = _Event(cls, f"user-pattern:{number}", window=_window_of(m.groupdict().get("window")),
+                           family="user pattern")
             if cls == "usage":
-                event.resets_at = _resets(m, now, tz, rule)
+                event.resets_at, event.when_text, _ = _find_time(None, m, clipped, "", now, tz, rule)
             info.event = event
             break
-    stripped = text.strip()
     if info.event is None:
         info.working = any(p.search(text) for p in profile.working)
         info.awaiting = any(p.search(text) for p in profile.awaiting)
     info.limit_menu = any(p.search(text) for p in profile.limit_menu)
-    m = _OPTION.match(stripped)
-    if m:
-        info.option = (int(m.group("num")), m.group("text").strip())
-        info.cursor = bool(m.group("cursor"))
     if info.event is None and not info.working and not info.awaiting and not info.option and not line.in_box:
         if profile.user_echo is not None and profile.user_echo.match(stripped):
-            info.user = True
+            # a slash command ("❯ /rate-limit-options") is no new turn: it leaves the limit standing
+            info.user = not _SLASH_ECHO.match(stripped)
         elif profile.progress is not None and profile.progress.match(stripped):
             info.progress = True
     return info
@@ -447,6 +534,7 @@ def detect_screen(
     now: datetime,
     tz: str,
     user_patterns: Sequence[UserPattern] = (),
+    trace: list[str] | None = None,
 ) -> Detection:
     """Say what a tab's screen means (the corpus README's rules).
 
@@ -457,12 +545,16 @@ def detect_screen(
         tz: the box's IANA zone, used when a line names none (Codex never does) or an invalid one.
         user_patterns: validated ``spec.detection.patterns`` (:func:`compile_user_pattern`);
             tried on lines no built-in family claims, over the last 60 joined lines only.
+        trace: when a list is given, one sentence per step is appended: which family matched
+            which line, which time expression was read, why an older limit line is history
+            (``agentbox-controller detect --explain`` prints it). Screen text in it is untrusted.
 
     Returns:
         :class:`~controller.domain.types.Detection`:
         - RATE_LIMITED + USAGE/CREDITS when the newest limit line on the live bottom is not stale
-          (``resets_at`` UTC or None; ``window``; ``auto_continue`` for Claude Code's native wait;
-          ``limit_menu``/``menu_choice`` for its rate-limit options menu);
+          (``resets_at`` UTC or None; ``window``; ``auto_continue`` for Claude Code's native wait,
+          announced above the prompt or in the footer below it; ``limit_menu``/``menu_choice`` for
+          its rate-limit options menu);
         - AWAITING_INPUT for a permission prompt, approval overlay, question or menu that is not the
           limit menu (a limit line above it still fills kind/resets_at);
         - WORKING for a live spinner/status/interrupt hint, a CLI retrying by itself, or a native
@@ -476,6 +568,7 @@ def detect_screen(
     """
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now must be timezone-aware")
+    note = trace.append if trace is not None else (lambda _text: None)
     rows = normalize_lines(screen)
     box = profile.find_input(rows) if profile.find_input else None
     if box is not None and box.text:
@@ -486,16 +579,48 @@ def detect_screen(
     content = rows[: _pos(rows, box.start)] if box else rows
     footer = rows[_pos(rows, box.end) + 1:] if box else []
     joined = join_lines(content)[-MAX_LINES:]
-    infos = [_classify(profile, i, line, now, tz, user_patterns) for i, line in enumerate(joined)]
+    tails = [_tail(joined, i) for i in range(len(joined))]
+    infos = [_classify(profile, i, line, now, tz, user_patterns, tails[i]) for i, line in enumerate(joined)]
+    # the footer below the input is live status: Claude Code shows its native wait there too
+    foot = [_classify(profile, -1, JoinedLine(r.text, False, r.index, r.index), now, tz, ())
+            for r in footer if r.kind == "text"]
+    for i in infos + foot:
+        if i.event is not None:
+            where = "footer" if i.idx < 0 else f"line {i.line.first + 1}"
+            note(f"{where}: family {i.event.family} ({i.event.name}) matched {_quote(i.line.text)}"
+                 + (f"; time expression {_quote(i.event.when_text)} -> {_iso(i.event.resets_at)}"
+                    if i.event.when_text else ("; no time expression" if i.event.cls in ("usage", "credits") else ""))
+                 + (f"; {i.event.why}" if i.event.why else ""))
+    foot_auto = next((i for i in foot if i.event and i.event.auto), None)
+    foot_cancel = any(i.event and i.event.cls == "auto_cancel" for i in foot)
+    foot_limits = [i for i in foot if i.event and i.event.cls in ("usage", "credits")]
 
     last_progress = max((i.idx for i in infos if i.progress), default=-1)
     live = [i for i in infos if i.idx > last_progress]
+    for i in infos:
+        if i.event and i.event.cls in ("usage", "credits") and i.idx <= last_progress:
+            note(f"line {i.line.first + 1} is history: agent output follows it "
+                 f"(line {infos[last_progress].line.first + 1}: {_quote(infos[last_progress].line.text)})")
     limits = [i for i in live if i.event and i.event.cls in ("usage", "credits")]
     newest = limits[-1] if limits else None
+    if newest is not None:
+        echo = next((i for i in live if i.user and i.idx > newest.idx), None)
+        if echo is not None:
+            # the human sent a new turn after the limit line and no new limit line followed it
+            note(f"line {newest.line.first + 1} is history: a message was sent after it "
+                 f"(line {echo.line.first + 1}: {_quote(echo.line.text)})")
+            limits = [i for i in limits if i.idx > echo.idx]
+            newest = None
+            last_progress = echo.idx
+            live = [i for i in live if i.idx > echo.idx]
     after = [i for i in live if newest is None or i.idx > newest.idx]
 
     working_info = _working(profile, infos, after, footer)
     recovered = [i for i in after if i.event and i.event.cls == "recovered"]
+    if newest is None and foot_limits and working_info is None and not recovered:
+        # no limit line above the prompt (cleared, scrolled away): the footer's limit status decides
+        newest = foot_limits[-1]
+        note("no limit line above the prompt: the footer's limit status decides")
     menu_lines = [i for i in after if i.option or i.limit_menu or i.awaiting]
     is_limit_menu = any(i.limit_menu for i in menu_lines) and (newest is not None or any(
         i.option and profile.stop_option is not None and profile.stop_option.search(i.option[1])
@@ -504,50 +629,74 @@ def detect_screen(
         (i for i in after if i.awaiting or (i.option and i.cursor)), None)
     prompt = box.text if box else None
 
+    if newest is not None and (working_info is not None or recovered):
+        src = working_info if isinstance(working_info, str) else (
+            working_info.line.text if working_info is not None else recovered[-1].line.text)
+        note(f"the limit line is history: the agent is working again ({_quote(src)})")
     if newest is not None and working_info is None and not recovered:
-        block_start = max((i.idx for i in live if i.user and i.idx < newest.idx), default=last_progress)
-        block = [i for i in limits if i.idx > block_start]
-        resets_at = next((i.event.resets_at for i in reversed(block) if i.event.resets_at), None)
+        if newest.idx >= 0:
+            block_start = max((i.idx for i in live if i.user and i.idx < newest.idx), default=last_progress)
+            block = foot_limits + [i for i in limits if i.idx > block_start]  # the line above the prompt names a zone
+        else:
+            block = foot_limits
+        # the newest line with a reset decides; one that prints its zone wins over a zoneless
+        # repeat ("resets 2:50am (Asia/Muscat)" / "continuing automatically at 2:50am")
+        timed = [i for i in reversed(block) if i.event.resets_at]
+        chosen = next((i for i in timed if _ZONED.search(i.event.when_text)), timed[0] if timed else None)
+        resets_at = chosen.event.resets_at if chosen else None
         if newest.event.cls == "credits":
             resets_at = None
         window = next((i.event.window for i in reversed(block) if i.event.window), None)
-        auto_idx = max((i.idx for i in block if i.event.auto), default=-1)
+        auto_idx = max((i.idx for i in block if i.event.auto and i.idx >= 0), default=-1)
         cancelled = any(i.event and i.event.cls == "auto_cancel" and i.idx > auto_idx for i in live)
         auto = auto_idx >= 0 and not cancelled
+        if foot_auto is not None and not foot_cancel:
+            auto = True  # the footer is the live status: "Continuing automatically at … · Esc to cancel"
+            resets_at = resets_at or foot_auto.event.resets_at
+        elif foot_cancel:
+            auto = False
+        if auto_idx >= 0 and cancelled:
+            note("the native wait was cancelled or gave up after it was announced: the resume is ours")
         kind = LimitKind.CREDITS if newest.event.cls == "credits" else LimitKind.USAGE
         menu_choice = None
         if is_limit_menu and profile.stop_option is not None:
             menu_choice = next((i.option[0] for i in menu_lines
                                 if i.option and profile.stop_option.search(i.option[1])), None)
         if awaiting is not None:
+            note(f"a prompt or menu below the limit line waits for a person: {_quote(awaiting.line.text)}")
             return Detection(TabState.AWAITING_INPUT, kind, resets_at, window, False, False, None,
                              prompt, awaiting.line.text, newest.event.name)
+        name = foot_auto.event.name if auto and foot_auto is not None and auto_idx < 0 and newest.idx < 0 \
+            else newest.event.name
         return Detection(TabState.RATE_LIMITED, kind, resets_at, window, auto, is_limit_menu,
-                         menu_choice, prompt, newest.line.text, newest.event.name)
+                         menu_choice, prompt, newest.line.text, name)
 
     if newest is None and is_limit_menu:
         # the options menu is open but its limit line scrolled away: still a usage stop
         menu_choice = next((i.option[0] for i in menu_lines if i.option and profile.stop_option
                             and profile.stop_option.search(i.option[1])), None)
         first = next(i for i in menu_lines if i.limit_menu)
+        note("the rate-limit options menu is open without its limit line")
         return Detection(TabState.RATE_LIMITED, LimitKind.USAGE, None, None, False, True, menu_choice,
                          prompt, first.line.text, f"pattern:{profile.agent}/limit-menu")
 
     # not rate limited: the newest overload / retry / warning line on the live bottom gives the kind
     notes = [i for i in live if i.event and i.event.cls in ("overload", "retrying", "warning")
              and (newest is None or i.idx > newest.idx or working_info is None)]
-    note = notes[-1] if notes else None
+    notes += [i for i in foot if i.event and i.event.cls in ("overload", "retrying", "warning")]
+    last_note = notes[-1] if notes else None
     kind = None
-    if note is not None:
-        kind = LimitKind.WARNING if note.event.cls == "warning" else LimitKind.OVERLOAD
-    evidence = note.line.text if note else None
-    detected_by = note.event.name if note else ""
+    if last_note is not None:
+        kind = LimitKind.WARNING if last_note.event.cls == "warning" else LimitKind.OVERLOAD
+        note(f"not a stop: {last_note.event.family} line {_quote(last_note.line.text)}")
+    evidence = last_note.line.text if last_note else None
+    detected_by = last_note.event.name if last_note else ""
     if awaiting is not None:
         return Detection(TabState.AWAITING_INPUT, kind, None, None, prompt_text=prompt,
                          evidence=awaiting.line.text, detected_by=f"marker:{profile.agent}/awaiting")
-    retrying = note is not None and note.event.cls == "retrying"
+    retrying = last_note is not None and last_note.event.cls == "retrying"
     if working_info is not None or recovered or retrying:
-        if note is None or note.event.cls != "retrying":
+        if last_note is None or last_note.event.cls != "retrying":
             src = working_info if working_info is not None else (recovered[-1] if recovered else None)
             if isinstance(src, _Info):
                 evidence = evidence or src.line.text
@@ -560,6 +709,32 @@ def detect_screen(
                          evidence=evidence, detected_by=detected_by)
     state = TabState.IDLE if box is not None else TabState.UNKNOWN
     return Detection(state, kind, None, None, prompt_text=prompt, evidence=evidence, detected_by=detected_by)
+
+
+_ZONED = re.compile(r"\([A-Za-z][^)]*\)|\b(?:UTC|GMT)\b|[+-]\d{2}:?\d{2}\b|\d\s?Z\b|^\|")
+
+
+def _quote(text: str, limit: int = 160) -> str:
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return f'"{text}"'
+
+
+def _iso(instant: datetime | None) -> str:
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ") if instant is not None else "none"
+
+
+def _tail(joined: Sequence[JoinedLine], i: int) -> str:
+    """Text of up to two logical lines that continue line ``i``'s paragraph (adjacent rows, not a
+    new item): "ERROR: You've hit your usage limit for X.\nSwitch to another model now, or try
+    again at Aug 8th, 2026 7:26 PM." keeps its time in the second sentence (corpus N30)."""
+    parts: list[str] = []
+    last = joined[i].last
+    for nxt in joined[i + 1:i + 3]:
+        if nxt.first != last + 1 or nxt.in_box != joined[i].in_box or _STARTER.match(nxt.text):
+            break
+        parts.append(nxt.text)
+        last = nxt.last
+    return " ".join(parts)
 
 
 def _pos(rows: Sequence[ScreenLine], index: int) -> int:
@@ -585,6 +760,9 @@ def _working(
     if not candidates:
         return None
     if profile.working_adjacent:
-        return candidates[-1] if infos and candidates[-1] is infos[-1] else None
+        # the last content line above the input, skipping notes drawn under it (Codex 0.171's
+        # right-aligned "⚠ 5h limit: … left" warning)
+        content = [i for i in infos if not (i.event and i.event.cls in ("warning", "overload"))]
+        return candidates[-1] if content and candidates[-1] is content[-1] else None
     recent = {i.idx for i in infos[-12:]}
     return next((i for i in reversed(candidates) if i.idx in recent), None)

@@ -13,7 +13,10 @@ again. When a resume is due the handler re-reads the subscription's usage and as
   awaits input (permission prompt, question, menu), or while its prompt holds a half-typed line;
 * send nothing when the agent is working again;
 * never send twice for one limit event; after a send, a limit line that comes back is a new
-  event, rescheduled from its own reset, at most `max_attempts` times in a row.
+  event, rescheduled from its own reset, at most `max_attempts` sends in a row;
+* a state that does not change is neither re-announced (a plan's `event` is set only when the tab
+  enters a state) nor re-handled at once: `next_pass_in` never returns 0 s for an instant already
+  passed.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import enum
 import hashlib
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Iterable
 
-from controller.domain.types import Detection, LimitKind, TabState, Usage
+from controller.domain.types import Detection, LimitKind, TabState, Usage, plausible_reset
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,8 @@ class TabRecord:
     """What the controller remembers about a tab between scans (mirrors status.tabs[]).
 
     All instants are UTC. `limit_key` identifies the limit event being handled; `sent_for` the
-    event a resume was already sent for; `attempts` counts resumes for consecutive limit events
-    that came back.
+    event a resume was already sent for; `attempts` counts the resumes actually sent since the
+    agent last made progress (one per send, never per scan).
     """
 
     name: str
@@ -109,8 +113,14 @@ class TabPlan:
 
 
 def limit_key(det: Detection) -> str:
-    """Stable identity of a limit event: the evidence line and its reset (12 hex chars)."""
-    basis = f"{det.evidence or ''}|{det.resets_at.isoformat() if det.resets_at else ''}|{det.kind}"
+    """Stable identity of a limit event: the evidence line, its kind and its reset minute (12 hex chars).
+
+    The reset counts to the minute only: the same limit read from structured data (exact to the
+    second) and from the screen (rounded down to the minute, once the exact reset has dropped out
+    of the structured data at the reset) keeps one identity.
+    """
+    minute = det.resets_at.replace(second=0, microsecond=0).isoformat() if det.resets_at else ""
+    basis = f"{det.evidence or ''}|{minute}|{det.kind}"
     return hashlib.sha256(basis.encode()).hexdigest()[:12]
 
 
@@ -149,6 +159,8 @@ def plan_tab(rec: TabRecord, det: Detection, last_input_at: datetime | None, now
         A `TabPlan`; `action` CHECK_USAGE means the handler re-reads usage and calls `after_usage`.
     """
     rec = replace(rec, last_input_at=last_input_at)
+    if det.resets_at is not None and plausible_reset(det.resets_at, now) is None:
+        det = replace(det, resets_at=None)  # year 9999 and the like: unknown, the usage read decides
 
     if (det.state == TabState.IDLE and rec.phase == Phase.RATE_LIMITED and rec.limit_key
             and (rec.detected_by or "").startswith("structured:") and rec.sent_for != rec.limit_key):
@@ -189,34 +201,59 @@ def plan_tab(rec: TabRecord, det: Detection, last_input_at: datetime | None, now
         ), event="OutOfCredits" if rec.limit_key != limit_key(det) else None)
 
     key = limit_key(det)
-    if key == rec.sent_for:
-        # The line a resume was already sent for.
+    if rec.phase == Phase.NEEDS_ATTENTION and key == rec.limit_key and rec.attempts >= cfg.max_attempts:
+        # Parked after `max_attempts` resumes that did not take: a human acts (or annotates the box
+        # with resume-now). Nothing is re-counted, re-announced or re-scheduled on later passes.
+        return TabPlan(rec)
+    if key == rec.sent_for and rec.phase == Phase.RESUMING:
+        # The line a resume was just sent for.
         if rec.sent_at and now - rec.sent_at < timedelta(seconds=cfg.settle_s):
             return TabPlan(rec, wake_at=rec.sent_at + timedelta(seconds=cfg.settle_s))
-        # Still the same line after the settle time: the limit came back with the same text.
+        # Still the same line after the settle time: the limit came back with the same text
+        # (counted once per send: the record leaves RESUMING here).
         return _new_event(rec, det, key, now, cfg, resume_enabled, came_back=True)
     if key != rec.limit_key:
         came_back = rec.sent_for is not None
         return _new_event(rec, det, key, now, cfg, resume_enabled, came_back=came_back)
 
     # Known event: refresh what the screen shows and see whether it is due.
-    rec = replace(rec, auto_continue=det.auto_continue, detected_by=det.detected_by)
+    if det.auto_continue != rec.auto_continue and rec.resume_at is not None:
+        # The native wait was armed since (a person chose "Wait here, then continue automatically")
+        # or cancelled: its due time follows, from the reset first recorded (exact when structured).
+        basis = replace(det, resets_at=rec.resets_at or det.resets_at,
+                        detected_by=rec.detected_by if (rec.detected_by or "").startswith("structured:")
+                        else det.detected_by)
+        rec = replace(rec, resume_at=_due_at(basis, now, cfg))
+    rec = replace(rec, auto_continue=det.auto_continue,
+                  detected_by=det.detected_by if det.resets_at == rec.resets_at or not
+                  (rec.detected_by or "").startswith("structured:") else rec.detected_by)
     return _schedule(rec, det, now, cfg, resume_enabled)
+
+
+def _needs_attention(rec: TabRecord, message: str, event: str, before: TabRecord | None = None) -> TabPlan:
+    """Hold the tab for a human with `message`. The Event only when the tab enters this state or
+    its message changes (compared with `before`, default `rec`), never on the passes that find it
+    unchanged. No resume instant and no wake-up: the next scan looks again."""
+    was = before or rec
+    changed = was.phase != Phase.NEEDS_ATTENTION or was.message != message
+    return TabPlan(replace(rec, phase=Phase.NEEDS_ATTENTION, resume_at=None, message=message),
+                   event=event if changed else None)
 
 
 def _new_event(rec: TabRecord, det: Detection, key: str, now: datetime, cfg: ResumeConfig,
                resume_enabled: bool, came_back: bool) -> TabPlan:
-    attempts = rec.attempts + 1 if came_back else 0
+    # `attempts` counts the resumes sent (see `after_usage`): kept while the limit keeps coming
+    # back, cleared by a new limit after progress.
+    attempts = rec.attempts if came_back else 0
+    prev = rec
     rec = replace(
         rec, phase=Phase.RATE_LIMITED, limit_key=key, resets_at=det.resets_at, window=det.window,
         auto_continue=det.auto_continue, detected_by=det.detected_by, attempts=attempts,
         resume_at=_due_at(det, now, cfg) if resume_enabled else None,
     )
     if came_back and attempts >= cfg.max_attempts:
-        return TabPlan(replace(
-            rec, phase=Phase.NEEDS_ATTENTION, resume_at=None,
-            message=f"The limit came back after {attempts} resumes; a human should look",
-        ), event="ResumeNotTakingEffect")
+        return _needs_attention(rec, f"The limit came back after {attempts} resumes; a human should look",
+                                "ResumeNotTakingEffect", before=prev)
     plan = _schedule(rec, det, now, cfg, resume_enabled)
     return replace(plan, event=plan.event or ("LimitCameBack" if came_back else "LimitDetected"))
 
@@ -229,9 +266,8 @@ def _schedule(rec: TabRecord, det: Detection, now: datetime, cfg: ResumeConfig, 
     busy_until = _human_busy(rec, rec.last_input_at, now, cfg)
     if det.limit_menu:
         if det.menu_choice is None:
-            return TabPlan(replace(rec, phase=Phase.NEEDS_ATTENTION,
-                                   message="The rate-limit menu is open and has no 'Stop and wait' option"),
-                           event="NeedsAttention")
+            return _needs_attention(rec, "The rate-limit menu is open and has no 'Stop and wait' option",
+                                    "NeedsAttention")
         if busy_until:
             return TabPlan(replace(rec, message="Rate-limit menu open; a human typed recently"), wake_at=busy_until)
         return TabPlan(replace(rec, message=f"Answering the rate-limit menu with option {det.menu_choice}"),
@@ -248,9 +284,8 @@ def _schedule(rec: TabRecord, det: Detection, now: datetime, cfg: ResumeConfig, 
                                message="Reset passed; waiting until the human has not typed for a minute"),
                        wake_at=busy_until, event=None)
     if det.prompt_text:
-        return TabPlan(replace(rec, phase=Phase.NEEDS_ATTENTION,
-                               message="Reset passed but the prompt holds a half-typed line; left intact for its author"),
-                       event="PromptNotEmpty")
+        return _needs_attention(rec, "Reset passed but the prompt holds a half-typed line; left intact for its author",
+                                "PromptNotEmpty")
     return TabPlan(rec, action=Action.CHECK_USAGE)
 
 
@@ -282,10 +317,13 @@ def usage_verdict(usage: Usage | None, window: str | None, now: datetime) -> Usa
         w for w in usage.windows.values()
         if w.utilization >= 100 and (window is None or w.name == window or w.name in ("five_hour", "weekly"))
     ]
-    future = [w.resets_at for w in exhausted if w.resets_at and w.resets_at > now]
+    future = [at for at in (plausible_reset(w.resets_at, now) for w in exhausted) if at and at > now]
     if future:
         new = max(future)
         return UsageVerdict(False, new, reason=f"window still at 100 %, resets {new:%Y-%m-%d %H:%M:%S} UTC")
+    if any(w.resets_at and plausible_reset(w.resets_at, now) is None for w in exhausted):
+        return UsageVerdict(True, reason="a window at 100 % gives an implausible reset; treated as unknown",
+                            known=False)
     return UsageVerdict(True, reason="usage windows have reset")
 
 
@@ -293,7 +331,10 @@ def after_usage(rec: TabRecord, verdict: UsageVerdict, now: datetime, cfg: Resum
     """Turn a usage verdict into "send now" (record marked as sent) or "wait for the new reset".
 
     The returned record with phase RESUMING is the write-ahead marker: persist it before sending.
-    `action` NONE with phase RESUMING means: send the resume keys now.
+    `action` NONE with phase RESUMING means: send the resume keys now. When the usage read failed
+    (``verdict.known`` False) and the reset came from the screen (minute precision), the send waits
+    until the end of the printed minute plus ``margin_s``: an API outage never burns attempts before
+    the real reset.
     """
     if not verdict.reset:
         assert verdict.new_reset is not None
@@ -306,9 +347,19 @@ def after_usage(rec: TabRecord, verdict: UsageVerdict, now: datetime, cfg: Resum
         ), wake_at=resume_at, event="ResetNotYet")
     if rec.resets_at is None and not verdict.known:
         return unknown_reset_plan(rec, now, cfg)
+    if not verdict.known and rec.resets_at is not None and not (rec.detected_by or "").startswith("structured:"):
+        # The usage API could not confirm the reset and the screen prints it to the minute only (the
+        # real reset may be up to 59 s later): a continue sent earlier would hit the limit again and
+        # burn an attempt. Wait until the end of the printed minute plus the margin, then send.
+        end = rec.resets_at.replace(second=0, microsecond=0) + timedelta(seconds=60 + cfg.margin_s)
+        if now < end:
+            return TabPlan(replace(
+                rec, phase=Phase.RATE_LIMITED, resume_at=end,
+                message=f"Usage API could not confirm the reset ({verdict.reason}); the screen gives the minute "
+                        f"only: resuming at {end:%H:%M:%S} UTC"), wake_at=end)
     return TabPlan(replace(
         rec, phase=Phase.RESUMING, sent_for=rec.limit_key, sent_at=now, resume_at=None,
-        message="Limit reset; sending continue",
+        attempts=rec.attempts + 1, message="Limit reset; sending continue",
     ), wake_at=now + timedelta(seconds=cfg.settle_s), event="Resuming")
 
 
@@ -318,6 +369,29 @@ def unknown_reset_plan(rec: TabRecord, now: datetime, cfg: ResumeConfig) -> TabP
     at = now + timedelta(seconds=cfg.unknown_reset_recheck_s)
     return TabPlan(replace(rec, resume_at=at, message=f"Limit without a reset time; re-checking at {at:%H:%M:%S} UTC"),
                    wake_at=at)
+
+
+def next_pass_in(wakes: Iterable[datetime | None], now: datetime, scan_interval_s: float) -> float:
+    """Seconds until the watcher's next pass.
+
+    Args:
+        wakes: the plans' `wake_at` instants (UTC; None = no deadline of its own).
+        now: current instant (UTC).
+        scan_interval_s: the regular scan period (the answer is never longer).
+    Returns:
+        The time to the earliest future wake-up, at most `scan_interval_s`. An instant at or before
+        `now` (an action that was due and has been handled, or a plan that forgot to move its
+        deadline) counts as `min(1, scan_interval_s)` seconds, never 0: a state that does not
+        change is never re-handled in a busy loop.
+    """
+    floor = min(1.0, scan_interval_s)
+    delay = scan_interval_s
+    for at in wakes:
+        if at is None:
+            continue
+        ahead = (at - now).total_seconds()
+        delay = min(delay, ahead if ahead > 0 else floor)
+    return delay
 
 
 def stall_plan(rec: TabRecord, det: Detection, unchanged_since: datetime, now: datetime, stall_s: float,

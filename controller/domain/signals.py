@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from datetime import datetime
 
-from controller.domain.types import Detection, LimitKind, TabState, Usage
+from controller.domain.types import Detection, LimitKind, TabState, Usage, plausible_reset
+from controller.redact import redact
+
+__all__ = ["exhausted", "last_lines", "merge", "redact"]
 
 _LABEL = {"five_hour": "5-hour", "weekly": "weekly"}
 
@@ -26,7 +28,7 @@ def exhausted(usage: Usage | None, now: datetime) -> tuple[str, datetime] | None
     if usage is None:
         return None
     hits = [(w.name, w.resets_at) for w in usage.windows.values()
-            if w.utilization >= 100 and w.resets_at is not None and w.resets_at > now]
+            if w.utilization >= 100 and plausible_reset(w.resets_at, now) is not None and w.resets_at > now]
     return max(hits, key=lambda h: h[1]) if hits else None  # type: ignore[return-value]
 
 
@@ -53,17 +55,8 @@ def merge(det: Detection, usage: Usage | None, source: str, now: datetime) -> De
     return det
 
 
-_SECRETISH = re.compile(
-    r"(sk-[A-Za-z0-9_-]{8,}|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_.-]+|[A-Za-z0-9+/_-]{40,}={0,2})")
-
-
-def redact(text: str) -> str:
-    """Mask token-like strings (API keys, JWTs, long base64/hex runs) in screen text before it
-    goes into an Event or status."""
-    return _SECRETISH.sub("[redacted]", text)
-
-
 def last_lines(screen: str, n: int = 5, width: int = 160) -> str:
-    """The last `n` non-empty lines of a screen, each cut to `width`, redacted."""
-    lines = [ln.rstrip()[:width] for ln in screen.splitlines() if ln.strip()]
-    return redact(" | ".join(lines[-n:]))
+    """The last `n` non-empty lines of a screen, each redacted as a whole and THEN cut to `width`
+    characters (a token cut by the width is still masked)."""
+    lines = [redact(ln.rstrip())[:width] for ln in screen.splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone, tzinfo
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -42,13 +42,32 @@ _TIME = (
     r"(?P<hour>\d{1,2})(?:[:h](?P<minute>\d{2}))?"
     r"(?:\s*(?P<ampm>[ap]\.?\s?m\.?)(?![a-z]))?"
 )
-_ZONE = r"(?:\s*\((?P<zone>[A-Za-z0-9_+\-/]{1,64})\))?"
+# a zone in parentheses "(Europe/Warsaw)", "(UTC)", or a bare "UTC", "GMT+2", "UTC-05:00", "+02:00", "Z"
+_ZONE = (r"(?:\s*\((?P<zone>[A-Za-z0-9_+\-/:]{1,64})\)"
+         r"|\s*(?P<zone_bare>(?:UTC|GMT)(?:\s?[+-]\d{1,2}(?::?\d{2})?)?(?![A-Za-z])|Z(?![A-Za-z])|[+-]\d{2}:?\d{2}(?!\d)))?")
 
 _RE_ISO = re.compile(
-    r"^(?P<year>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})[ T](?P<hour>\d{2}):(?P<minute>\d{2})"
-    r"(?::\d{2})?(?P<utc>Z|[+-]00:?00)?" + _ZONE
+    r"^(?P<year>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})(?:[ T]|\s+at\s+)(?P<hour>\d{2}):(?P<minute>\d{2})"
+    r"(?::\d{2}(?:\.\d+)?)?" + _ZONE
 )
-_RE_EPOCH = re.compile(r"^\|?\s*(?P<epoch>\d{9,11})(?!\d)")
+# "Mon 12:00am", "Tuesday at 9am", "tomorrow at 9am", "today 17:00"
+_WEEKDAYS = {"mon": 0, "tue": 1, "wed": 2, "thu": 3, "fri": 4, "sat": 5, "sun": 6}
+_RE_WEEKDAY = re.compile(
+    r"^(?:(?:next|this)\s+)?(?P<weekday>mon(?:day)?|tue(?:s|sday)?|wed(?:nesday)?|thu(?:rs?|rsday)?|fri(?:day)?|sat(?:urday)?|sun(?:day)?"
+    r"|today|tomorrow|tonight)(?![a-z])\.?,?"
+    r"(?:\s+at\s+|\s*,\s*|\s+)" + r"(?P<hour>\d{1,2})(?:[:h](?P<minute>\d{2}))?"
+    r"(?:\s*(?P<ampm>[ap]\.?\s?m\.?)(?![a-z]))?" + _ZONE,
+    re.IGNORECASE,
+)
+# the clock first, then the date: "7:26 PM on Aug 8", "6am, Oct 13", "06:43 on 14 Sep 2026"
+_RE_TIME_DATE = re.compile(
+    r"^(?P<hour>\d{1,2})(?:[:h](?P<minute>\d{2}))?(?:\s*(?P<ampm>[ap]\.?\s?m\.?)(?![a-z]))?"
+    r"(?:\s+on\s+|\s*,\s*|\s+)(?:(?P<month>[A-Za-z]{3,9})\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?"
+    r"|(?P<day2>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<month2>[A-Za-z]{3,9})\.?)"
+    r"(?:,?\s+(?P<year>\d{4}))?" + _ZONE,
+    re.IGNORECASE,
+)
+_RE_EPOCH = re.compile(r"^\|?\s*(?P<epoch>\d{9,13})(?!\d)")
 _RE_REL = re.compile(
     r"^(?:in\s+)?"
     r"(?:(?P<rel_days>\d+)\s*(?:days?|d)(?![a-z])[\s,]*(?:and\s+)?)?"
@@ -65,24 +84,39 @@ _RE_MDY = re.compile(
 )
 # "21 de abr. de 2026 02:53", "21 de abr de 2026, 2:53 p. m.", "21 abr 2026 às 02:53"
 _RE_DMY = re.compile(
-    r"^(?P<day>\d{1,2})\s+(?:de\s+)?(?P<month>[^\W\d_]{3,12})\.?(?:\s+(?:de\s+)?(?P<year>\d{4}))?"
+    r"^(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+(?:de\s+|of\s+)?(?P<month>[^\W\d_]{3,12})\.?(?:\s+(?:de\s+)?(?P<year>\d{4}))?"
     r"(?:\s*,\s*|\s+(?:às|as|a\s+las|a\s+la|at)\s+|\s+)" + _TIME + _ZONE,
     re.IGNORECASE,
 )
 _RE_CLOCK = re.compile(r"^" + _TIME + _ZONE, re.IGNORECASE)
-_RE_LEAD = re.compile(r"^(?:at|on|em|en|el|às|a\s+las)\s+", re.IGNORECASE)
+_RE_LEAD = re.compile(r"^(?:at|on|by|after|until|em|en|el|às|a\s+las)\s+", re.IGNORECASE)
 
 
-def resolve_zone(name: str | None, box_tz: str) -> ZoneInfo:
+_RE_OFFSET = re.compile(r"^(?:UTC|GMT|Z)?\s?(?:(?P<sign>[+-])(?P<h>\d{1,2})(?::?(?P<m>\d{2}))?)?$", re.IGNORECASE)
+
+
+def resolve_zone(name: str | None, box_tz: str) -> tzinfo:
     """Return the zone named in a line, else the box zone, else UTC.
 
     Args:
-        name: a zone printed in the line (e.g. "Europe/Warsaw", "Etc/GMT+5", "UTC") or None.
+        name: a zone printed in the line: an IANA name ("Europe/Warsaw", "Etc/GMT+5" = UTC-5 with
+            the POSIX sign), "UTC"/"GMT"/"Z", or an offset as people write it ("UTC+2", "GMT-05:00",
+            "+02:00" = two hours east of UTC); None when the line names none.
         box_tz: the box's IANA zone (applies when the line names none or an invalid one).
 
     Returns:
-        A ZoneInfo; never raises (invalid names fall back, field-pitfalls §3).
+        A ZoneInfo or a fixed-offset timezone; never raises (invalid names fall back,
+        field-pitfalls §3).
     """
+    if name:
+        m = _RE_OFFSET.match(name.strip())
+        if m and not name.strip().lower().startswith("etc"):
+            if not m.group("sign"):
+                return ZoneInfo("UTC")
+            hours, minutes = int(m.group("h")), int(m.group("m") or 0)
+            if hours <= 14 and minutes < 60:
+                delta = timedelta(hours=hours, minutes=minutes)
+                return timezone(delta if m.group("sign") == "+" else -delta)
     for candidate in (name, box_tz, "UTC"):
         if not candidate:
             continue
@@ -102,7 +136,7 @@ def _month_number(text: str) -> int | None:
     return _MONTHS.get(folded[:3])
 
 
-def _local(zone: ZoneInfo, day: date, hour: int, minute: int) -> datetime:
+def _local(zone: tzinfo, day: date, hour: int, minute: int) -> datetime:
     """Wall-clock time in ``zone`` on ``day`` as UTC, using the offset of that date (DST)."""
     return datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone).astimezone(UTC)
 
@@ -125,6 +159,18 @@ def _clock(hour_s: str, minute_s: str | None, ampm_s: str | None) -> tuple[int, 
     return hour, minute
 
 
+_MAX_AHEAD = timedelta(days=400)  # no limit resets further out; a larger value is a misread
+_MIN_YEAR, _MAX_YEAR = 2000, 2100
+
+
+def _bounded(instant: datetime | None, now: datetime) -> datetime | None:
+    if instant is None:
+        return None
+    if not _MIN_YEAR <= instant.year <= _MAX_YEAR or instant - now.astimezone(UTC) > _MAX_AHEAD:
+        return None
+    return instant
+
+
 def from_parts(
     parts: Mapping[str, str | None],
     now: datetime,
@@ -134,33 +180,41 @@ def from_parts(
     """Build a reset instant from named regex groups.
 
     Args:
-        parts: any of epoch, year, month, day, hour, minute, ampm, zone, rel_days, rel_hours,
-            rel_minutes, rel_seconds (strings as captured; missing or None = absent). ``month``
-            may be a number or an English/Portuguese/Spanish month name or abbreviation.
+        parts: any of epoch, year, month, day, weekday, hour, minute, ampm, zone, zone_bare,
+            rel_days, rel_hours, rel_minutes, rel_seconds (strings as captured; missing or None =
+            absent). ``month`` may be a number or an English/Portuguese/Spanish month name or
+            abbreviation; ``weekday`` a weekday name ("Mon", "tuesday") or "today"/"tonight"/"tomorrow".
         now: the instant the screen was seen (tz-aware).
         tz: the box's IANA zone (used when ``zone`` is absent or invalid).
         time_only_rule: "claude" (next occurrence, 1 h grace) or "codex" (same local date).
 
     Returns:
-        The instant in UTC, or None when the parts hold no usable time (e.g. "13pm", "Feb 30").
+        The instant in UTC, or None when the parts hold no usable time (e.g. "13pm", "Feb 30"), or
+        an instant outside 2000-2100 or more than 400 days after ``now`` (a misread, never a reset).
     """
     get = lambda key: (parts.get(key) or None)  # noqa: E731 - tiny local accessor
     if get("epoch"):
         try:
-            return datetime.fromtimestamp(int(get("epoch")), tz=UTC)
+            value = int(get("epoch"))
+            if value > 10**11:  # milliseconds
+                value //= 1000
+            return _bounded(datetime.fromtimestamp(value, tz=UTC), now)
         except (OverflowError, OSError, ValueError):
             return None
     rel = [get(k) for k in ("rel_days", "rel_hours", "rel_minutes", "rel_seconds")]
     if any(rel):
-        days, hours, minutes, seconds = (int(v) if v else 0 for v in rel)
-        return now.astimezone(UTC) + timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        days, hours, minutes, seconds = (min(int(v), 10**6) if v else 0 for v in rel)
+        delta = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        if delta > _MAX_AHEAD:
+            return None
+        return now.astimezone(UTC) + delta
     if not get("hour"):
         return None
     clock = _clock(get("hour"), get("minute"), get("ampm"))
     if clock is None:
         return None
     hour, minute = clock
-    zone = resolve_zone(get("zone"), tz)
+    zone = resolve_zone(get("zone") or get("zone_bare"), tz)
     today = now.astimezone(zone).date()
     try:
         if get("month") or get("day"):
@@ -169,7 +223,7 @@ def from_parts(
                 return None
             day_n = int(get("day"))
             if get("year"):
-                return _local(zone, date(int(get("year")), month, day_n), hour, minute)
+                return _bounded(_local(zone, date(int(get("year")), month, day_n), hour, minute), now)
             year = today.year
             candidate = date(year, month, day_n) if _valid(year, month, day_n) else None
             if candidate is None or candidate < today:
@@ -181,12 +235,25 @@ def from_parts(
                 else:
                     return None
                 candidate = date(year, month, day_n)
-            return _local(zone, candidate, hour, minute)
-    except ValueError:
+            return _bounded(_local(zone, candidate, hour, minute), now)
+    except (ValueError, OverflowError):
         return None
+    weekday = (get("weekday") or "").lower()
+    if weekday in ("today", "tonight"):
+        return _local(zone, today, hour, minute)
+    if weekday == "tomorrow":
+        return _local(zone, today + timedelta(days=1), hour, minute)
+    floor = now.astimezone(UTC) - (timedelta(hours=1) if time_only_rule == "claude" else timedelta(0))
+    if weekday[:3] in _WEEKDAYS:
+        # the next such weekday after now, in the line's zone, with that date's offset (DST)
+        ahead = (_WEEKDAYS[weekday[:3]] - today.weekday()) % 7
+        for extra in (0, 7, 14):
+            candidate = _local(zone, today + timedelta(days=ahead + extra), hour, minute)
+            if candidate >= floor:
+                return candidate
+        return None  # pragma: no cover - two weeks ahead always qualifies
     if time_only_rule == "codex":
         return _local(zone, today, hour, minute)
-    floor = now.astimezone(UTC) - timedelta(hours=1)
     for offset in (-1, 0, 1, 2):
         candidate = _local(zone, today + timedelta(days=offset), hour, minute)
         if candidate >= floor:
@@ -210,11 +277,16 @@ def parse_when(
 ) -> datetime | None:
     """Parse the reset expression at the start of ``text`` (the rest of the line is ignored).
 
-    Accepted (as Claude Code 1.x-2.x and Codex 0.x print them): "5pm (Europe/Warsaw)",
-    "5:30am", "12am", "17:19", "Nov 13 at 9am", "Aug 3, 7am (Europe/Zurich)",
-    "Jul 27 at 4:30am (Asia/Calcutta)", "Mar 10th, 2026 3:39 AM", "Aug 20, 2026, 7:38 AM",
-    "in 5 days 22 hours 11 minutes", "8m", "|1755615600" (epoch seconds),
-    "2026-04-21 02:53", localized "21 de abr. de 2026 02:53". A leading "at"/"on"/"em"/"el" is skipped.
+    One grammar for every agent (as Claude Code 1.x-2.1.332 and Codex 0.x print them, and the
+    variants reports show): clock times with or without minutes and am/pm ("5pm", "5:30am",
+    "12am", "17:19", "07:16"); dates with or without a year in either order, ordinals, "at" or a
+    comma between date and clock ("Nov 13 at 9am", "Aug 3, 7am", "Mar 10th, 2026 3:39 AM",
+    "Aug 20, 2026, 7:38 AM", "14 Sep 2026 06:43", "21 de abr. de 2026 02:53"), the clock first
+    ("7:26 PM on Aug 8"); weekdays and today/tomorrow ("Mon 12:00am", "Tuesday at 9am");
+    relative forms in any unit combination ("8m", "3h 20m", "in 4 days 20 hours 9 minutes");
+    epochs ("|1755615600", milliseconds too); ISO 8601 ("2026-04-21 02:53", "2026-09-14T06:43:00Z",
+    "…+02:00"); zones in parentheses ("(Europe/Warsaw)", "(Etc/GMT+5)"), bare "UTC"/"GMT+2"/"+02:00".
+    A leading "at"/"on"/"by"/"after"/"until"/"em"/"el"/"às" is skipped.
 
     Args:
         text: the text after "resets" / "reset at" / "try again" / "continuing automatically at".
@@ -224,29 +296,59 @@ def parse_when(
 
     Returns:
         The reset instant in UTC, or None when the text starts with no recognisable time
-        (e.g. "later").
+        (e.g. "later", "more than 24 hours out") or names an impossible one.
     """
-    text = text.strip().replace("\u00a0", " ").replace("\u202f", " ")
-    text = _RE_LEAD.sub("", text, count=1)
+    return parse_when_span(text, now, tz, time_only_rule)[0]
+
+
+def parse_when_span(
+    text: str,
+    now: datetime,
+    tz: str,
+    time_only_rule: TimeOnlyRule = "claude",
+) -> tuple[datetime | None, str]:
+    """:func:`parse_when` that also returns the text it read, as it appears at the start of ``text``
+    (lead words such as "at" included; ``""`` when nothing was parsed), so ``detect`` can show which
+    time expression decided."""
+    instant, span = _parse(text[:200].replace("\u00a0", " ").replace("\u202f", " "), now, tz, time_only_rule)
+    return instant, span.strip()
+
+
+def _parse(raw: str, now: datetime, tz: str, rule: TimeOnlyRule) -> tuple[datetime | None, str]:
+    text = raw.lstrip()
+    lead = _RE_LEAD.match(text)
+    skipped = len(raw) - len(text) + (lead.end() if lead else 0)
+    text = text[lead.end():] if lead else text
     if not text:
-        return None
+        return None, ""
+
+    def read(m: re.Match[str], parts: Mapping[str, str | None] | None = None) -> tuple[datetime | None, str]:
+        instant = from_parts(parts if parts is not None else m.groupdict(), now, tz, rule)
+        return instant, raw[: skipped + m.end()].rstrip(" ,") if instant is not None else ""
+
     m = _RE_ISO.match(text)
     if m:
-        parts = m.groupdict()
-        if parts.pop("utc") and not parts.get("zone"):
-            parts["zone"] = "UTC"
-        return from_parts(parts, now, tz, time_only_rule)
+        return read(m)
     m = _RE_EPOCH.match(text)
     if m:
-        return from_parts(m.groupdict(), now, tz, time_only_rule)
+        return read(m)
     m = _RE_REL.match(text)
     if m and any(m.groupdict().values()):
-        return from_parts(m.groupdict(), now, tz, time_only_rule)
+        return read(m)
+    m = _RE_WEEKDAY.match(text)
+    if m:
+        return read(m)
     for pattern in (_RE_MDY, _RE_DMY):
         m = pattern.match(text)
         if m and _month_number(m.group("month")) and (m.group("ampm") or m.group("minute")):
-            return from_parts(m.groupdict(), now, tz, time_only_rule)
+            return read(m)
+    m = _RE_TIME_DATE.match(text)
+    if m and (m.group("ampm") or m.group("minute")) and _month_number(m.group("month") or m.group("month2") or ""):
+        parts = dict(m.groupdict())
+        parts["month"] = parts.get("month") or parts.get("month2")
+        parts["day"] = parts.get("day") or parts.get("day2")
+        return read(m, parts)
     m = _RE_CLOCK.match(text)
     if m and (m.group("ampm") or m.group("minute")):
-        return from_parts(m.groupdict(), now, tz, time_only_rule)
-    return None
+        return read(m)
+    return None, ""

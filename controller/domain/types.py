@@ -4,7 +4,28 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+
+MAX_RESET_DISTANCE = timedelta(days=31)
+"""Farthest a reset instant may lie from now, either side. Usage windows last five hours, a week or a
+month: a reset beyond this (a screen or file saying year 9999, an epoch in milliseconds read as
+seconds) is not believed and counts as unknown."""
+
+
+def plausible_reset(at: datetime | None, now: datetime) -> datetime | None:
+    """`at` when it is within `MAX_RESET_DISTANCE` of `now` (UTC, tz-aware), else None (unknown).
+
+    Every reset instant that comes from a screen, a box file or a provider passes here before any
+    arithmetic, so no value can overflow a date or park a tab until the year 9999.
+    """
+    if at is None:
+        return None
+    try:
+        if abs(at - now) > MAX_RESET_DISTANCE:
+            return None
+    except (OverflowError, TypeError):  # naive vs aware, or beyond datetime's range
+        return None
+    return at
 
 
 class TabState(str, enum.Enum):

@@ -11,7 +11,8 @@ from controller.handlers.registry import REGISTRY
 
 from controller import constants as C
 from controller import metrics
-from controller.handlers.daemons import poster, run_passes
+from controller.handlers.daemons import existence_check, poster, run_passes
+from controller.events import ObjectRef
 from controller.runtime import Runtime
 from controller.service.boxes import reconcile_box
 from controller.service.tabs import BoxWatcher
@@ -24,12 +25,25 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: An
     """Create the box credentials Secret and pod; report conditions; wake the tab watcher."""
     rt: Runtime = memo.runtime
     outcome = await reconcile_box(dict(body), rt)
+    post = poster(memo, body)
     for type_, reason, message in outcome.events:
-        kopf.event(body, type=type_, reason=reason, message=message)
+        post(type_, reason, message)
     patch.status.update(outcome.status)
     rt.wakeup(body.metadata.namespace, body.metadata.name).set()
     if outcome.retry_after:
         raise kopf.TemporaryError(outcome.events[-1][2] if outcome.events else "retrying", delay=outcome.retry_after)
+
+
+def _deleted(type: str, **_: Any) -> bool:  # noqa: A002 - kopf passes the watch event type as `type`
+    return type == "DELETED"
+
+
+@kopf.on.event(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="box-gone", when=_deleted, registry=REGISTRY)
+async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A deleted box (no finalizer holds it): wake its tab watcher, which sees it gone and stops."""
+    event = memo.runtime.wakeups.get((body.metadata.namespace, body.metadata.name))
+    if event is not None:
+        event.set()
 
 
 @kopf.daemon(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="watch-tabs", cancellation_timeout=5.0, registry=REGISTRY)
@@ -39,10 +53,12 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     rt: Runtime = memo.runtime
     ns, name = body.metadata.namespace, body.metadata.name
 
-    watcher = BoxWatcher(rt, ns, name, poster(body))
+    watcher = BoxWatcher(rt, ns, name, poster(memo, body))
     try:
         await run_passes(lambda: watcher.tick(dict(body)), rt.wakeup(ns, name), stopped,
-                         rt.settings.scan_interval_s, logger, "Tab watch")
+                         rt.settings.scan_interval_s, logger, "Tab watch",
+                         existence_check(rt, C.AGENTBOX_PLURAL, ns, name, body.metadata.uid))
     finally:
         rt.wakeups.pop((ns, name), None)
         metrics.forget_box(ns, name)
+        rt.events.forget(ObjectRef.of(body))  # deleted, or the process stops: its Event memory goes too

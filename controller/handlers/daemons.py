@@ -11,14 +11,23 @@ import kopf
 
 
 async def run_passes(tick: Callable[[], Awaitable[float]], wake: asyncio.Event, stopped: kopf.DaemonStopped,
-                     on_error_delay: float, logger: logging.Logger, what: str) -> None:
-    """Call `tick()` (returns seconds until the next pass) until `stopped`.
+                     on_error_delay: float, logger: logging.Logger, what: str,
+                     alive: Callable[[], Awaitable[bool]] | None = None) -> None:
+    """Call `tick()` (returns seconds until the next pass) until `stopped`, or until `alive()` says
+    the object is gone (the daemons run without a finalizer, so kopf may not stop them on deletion).
 
     A failing pass is logged by exception type only (messages may hold secrets) and retried after
     `on_error_delay` seconds; one object's failure never stops the others.
     """
     loop = asyncio.get_running_loop()
     while not stopped:
+        if alive is not None:
+            try:
+                if not await alive():
+                    logger.info("%s stopped: the object is gone", what)
+                    return
+            except Exception as exc:  # noqa: BLE001 - API unavailable: keep going, check next pass
+                logger.warning("%s: existence check failed (%s)", what, type(exc).__name__)
         try:
             delay = await tick()
         except Exception as exc:  # noqa: BLE001
@@ -37,8 +46,16 @@ async def run_passes(tick: Callable[[], Awaitable[float]], wake: asyncio.Event, 
                 pass
 
 
-def poster(body: kopf.Body) -> Callable[[str, str, str], Any]:
-    """A function posting Kubernetes Events on `body`: (type Normal|Warning, reason, message)."""
-    def post(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message)
-    return post
+def poster(memo: kopf.Memo, body: kopf.Body) -> Callable[[str, str, str], Any]:
+    """A function posting Kubernetes Events on `body`: (type Normal|Warning, reason, message),
+    through the runtime's one deduplicating poster (`controller.events`)."""
+    return memo.runtime.poster(body)
+
+
+def existence_check(rt: Any, plural: str, namespace: str, name: str, uid: str | None) -> Callable[[], Awaitable[bool]]:
+    """An `alive()` for `run_passes`: the object still exists with this uid (a re-created object of the
+    same name is another object, with its own daemon)."""
+    async def alive() -> bool:
+        obj = await rt.kube.get_custom(plural, namespace, name)
+        return obj is not None and (uid is None or (obj.get("metadata") or {}).get("uid") == uid)
+    return alive

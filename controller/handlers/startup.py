@@ -61,14 +61,20 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     core = client.CoreV1Api(api)
 
     async def run_exec(namespace: str, pod: str, container: str, argv: list[str], stdin: str | None = None):
-        return await apod_exec(core, namespace, pod, container, argv, stdin=stdin, timeout=ops.exec_timeout_s)
+        return await apod_exec(core, namespace, pod, container, argv, stdin=stdin, timeout=ops.exec_timeout_s,
+                               max_output=ops.exec_max_output_bytes)
 
     from controller.notify import Notifier
 
+    from controller.events import Recorder
+
     notifier = getattr(memo, "notifier", None) or Notifier.from_env()
-    memo.runtime = Runtime(settings=ops, kube=Kube(api), usage=UsageCache(reader),
-                           exec=exec_override or run_exec, notifier=notifier,
-                           clock=getattr(memo, "clock", None) or utcnow)
+    clock = getattr(memo, "clock", None) or utcnow
+    kube = Kube(api)
+    memo.runtime = Runtime(settings=ops, kube=kube, usage=UsageCache(reader),
+                           exec=exec_override or run_exec, notifier=notifier, clock=clock,
+                           events=Recorder(kube, notifier, clock, refresh_s=ops.event_refresh_s,
+                                           quiet_s=ops.event_quiet_s))
     memo.reader = reader
     if ops.metrics_port and not getattr(memo, "no_metrics", False):
         from prometheus_client import start_http_server
@@ -86,5 +92,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if reader is not None:
         await reader.close()
     runtime = getattr(memo, "runtime", None)
+    if runtime is not None:
+        await runtime.events.aclose()
     if runtime is not None and runtime.notifier is not None:
         await runtime.notifier.aclose()

@@ -11,7 +11,7 @@ from controller.handlers.registry import REGISTRY
 
 from controller import constants as C
 from controller import metrics
-from controller.handlers.daemons import poster, run_passes
+from controller.handlers.daemons import existence_check, poster, run_passes
 from controller.runtime import Runtime
 from controller.service.subscriptions import SubscriptionReader, validate_subscription, wake_boxes
 
@@ -23,16 +23,26 @@ async def validate(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any
     """Check the Secret and login file; set CredentialsValid and the threshold sentence."""
     rt: Runtime = memo.runtime
     status, events = await validate_subscription(dict(body), rt)
+    post = poster(memo, body)
     for type_, reason, message in events:
-        kopf.event(body, type=type_, reason=reason, message=message)
+        post(type_, reason, message)
     patch.status.update(status)
     rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name).set()
 
 
-@kopf.on.delete(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="subscription-gone", optional=True, registry=REGISTRY)
+def _deleted(type: str, **_: Any) -> bool:  # noqa: A002 - kopf passes the watch event type as `type`
+    return type == "DELETED"
+
+
+@kopf.on.event(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="subscription-gone", when=_deleted, registry=REGISTRY)
 async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A deleted subscription: wake the boxes of its namespace (rotation moves them at once)."""
-    wake_boxes(memo.runtime, body.metadata.namespace)
+    """A deleted subscription (seen on the watch: no finalizer holds it): stop its reader now and wake
+    the boxes of its namespace (rotation moves them at once)."""
+    rt: Runtime = memo.runtime
+    event = rt.wakeups.get((C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name))
+    if event is not None:
+        event.set()
+    wake_boxes(rt, body.metadata.namespace)
 
 
 @kopf.daemon(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="read-usage", cancellation_timeout=5.0, registry=REGISTRY)
@@ -42,10 +52,11 @@ async def read_usage(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     rt: Runtime = memo.runtime
     ns, name = body.metadata.namespace, body.metadata.name
 
-    reader = SubscriptionReader(rt, ns, name, poster(body))
+    reader = SubscriptionReader(rt, ns, name, poster(memo, body))
     try:
         await run_passes(lambda: reader.tick(dict(body)), rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + ns, name), stopped,
-                         rt.settings.usage_interval_s, logger, "Usage read")
+                         rt.settings.usage_interval_s, logger, "Usage read",
+                         existence_check(rt, C.SUBSCRIPTION_PLURAL, ns, name, body.metadata.uid))
     finally:
         rt.wakeups.pop((C.SUBSCRIPTION_PLURAL + "/" + ns, name), None)
         metrics.forget_subscription(ns, name)

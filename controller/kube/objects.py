@@ -29,6 +29,56 @@ def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class NotOwned(Exception):
+    """An object the controller would act on exists under the box's name but is not controlled by the
+    box (no ownerReference with the box's UID and ``controller: true``): a squatter. The controller
+    never execs into it, pushes a login into it or writes it.
+
+    Attributes:
+        kind: "Pod" or "Secret".
+        name: the object's name.
+        reason: the condition reason, ``PodNotOwned`` or ``SecretNotOwned``.
+    The message names kind, name and the box; never the object's content.
+    """
+
+    def __init__(self, kind: str, name: str, box: str) -> None:
+        self.kind, self.name, self.box = kind, name, box
+        self.reason = f"{kind}NotOwned"
+        super().__init__(f"{kind} {name!r} exists but is not owned by AgentBox {box!r} (no controller "
+                         f"ownerReference with the box's UID); the controller will not use it. Delete it, or rename "
+                         f"the box")
+
+
+def owned_by(obj: dict[str, Any] | None, uid: str | None) -> bool:
+    """True when ``obj`` (a dict with ``metadata``) has an ownerReference with ``uid`` and ``controller: true``.
+
+    A missing ``uid`` never matches: without the box's UID, ownership cannot be proven.
+    """
+    if not obj or not uid:
+        return False
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(isinstance(r, dict) and r.get("uid") == uid and r.get("controller") is True for r in refs)
+
+
+def require_owned(obj: dict[str, Any], uid: str | None, kind: str, box: str) -> dict[str, Any]:
+    """``obj`` itself when owned by the box ``uid`` (see `owned_by`).
+
+    Raises:
+        NotOwned: it is not.
+    """
+    if not owned_by(obj, uid):
+        raise NotOwned(kind, (obj.get("metadata") or {}).get("name") or "?", box)
+    return obj
+
+
+def _controller_uid(obj: dict[str, Any]) -> tuple[str | None, str]:
+    """(uid, name) of the controller ownerReference of an object we are about to write."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") is True:
+            return ref.get("uid"), ref.get("name") or "?"
+    return None, "?"
+
+
 def child_labels(box_name: str) -> dict[str, str]:
     """Labels put on every child of a box."""
     return {C.LABEL_MANAGED_BY: C.MANAGER_NAME, C.LABEL_NAME: "agentbox", C.LABEL_BOX: box_name}
@@ -65,28 +115,58 @@ class TemplateError(ValueError):
     """spec.template cannot make a pod; the message names the field."""
 
 
+CREDENTIALS_MODE = 0o440
+"""Mode of the files of the mounted box credentials Secret: owner and group read (the group is the pod's
+fsGroup, which a kubelet also adds to every container's groups), so a non-root image can copy its login."""
+
+DEFAULT_FS_GROUP = 1000
+"""fsGroup set on a box pod whose template sets none and no runAsGroup (the example image's GID; any GID
+works, the container is made a member of it)."""
+
+
+def credentials_fs_group(spec: dict[str, Any]) -> int:
+    """The fsGroup a box pod gets when its template sets none: the pod's runAsGroup, else the first
+    container's runAsGroup, else :data:`DEFAULT_FS_GROUP`. (A kubelet writes Secret files root-owned; with
+    an fsGroup they are group-owned by it and group-readable, and the container joins that group.)"""
+    psc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
+    if isinstance(psc.get("runAsGroup"), int):
+        return int(psc["runAsGroup"])
+    for ctr in spec.get("containers") or []:
+        csc = ctr.get("securityContext") if isinstance(ctr.get("securityContext"), dict) else {}
+        if isinstance(csc.get("runAsGroup"), int):
+            return int(csc["runAsGroup"])
+    return DEFAULT_FS_GROUP
+
+
 def make_pod(body: dict[str, Any], template: dict[str, Any], agent: str, with_credentials: bool) -> dict[str, Any]:
     """The box pod from spec.template, owned by the box, with the credentials Secret mounted
-    read-only at `/var/run/agentbox/credentials` in every container.
+    read-only at `/var/run/agentbox/credentials` in every container (mode 0440, group = the pod's
+    fsGroup, set by :func:`credentials_fs_group` when the template sets none: a kubelet writes the files
+    root-owned, and an image running as non-root could not read them otherwise).
 
     Raises:
-        TemplateError: the template has no containers or a container has no name.
+        TemplateError: the template is not shaped like a PodTemplateSpec (`template_problem`); the
+            message names the field.
     """
+    from controller.domain.podtemplate import template_problem
+
+    problem = template_problem(template)
+    if problem:
+        raise TemplateError(problem)
     name = body["metadata"]["name"]
-    tmpl = copy.deepcopy(template or {})
-    spec = tmpl.get("spec") or {}
-    containers = spec.get("containers") or []
-    if not isinstance(containers, list) or not containers:
-        raise TemplateError("spec.template.spec.containers must list at least one container")
-    for i, ctr in enumerate(containers):
-        if not isinstance(ctr, dict) or not ctr.get("name"):
-            raise TemplateError(f"spec.template.spec.containers[{i}].name is required")
+    tmpl = copy.deepcopy(template)
+    spec = tmpl["spec"]
+    containers = spec["containers"]
     meta = tmpl.get("metadata") or {}
     labels = {**(meta.get("labels") or {}), **child_labels(name)}
     if with_credentials:
         volumes = [v for v in spec.get("volumes") or [] if v.get("name") != C.CREDENTIALS_VOLUME]
-        volumes.append({"name": C.CREDENTIALS_VOLUME, "secret": {"secretName": secret_name(name), "defaultMode": 0o400}})
+        volumes.append({"name": C.CREDENTIALS_VOLUME,
+                        "secret": {"secretName": secret_name(name), "defaultMode": CREDENTIALS_MODE}})
         spec["volumes"] = volumes
+        psc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
+        if psc.get("fsGroup") is None:
+            spec["securityContext"] = {**psc, "fsGroup": credentials_fs_group(spec)}
         for ctr in containers:
             mounts = [m for m in ctr.get("volumeMounts") or [] if m.get("name") != C.CREDENTIALS_VOLUME]
             mounts.append({"name": C.CREDENTIALS_VOLUME, "mountPath": C.CREDENTIALS_MOUNT_PATH, "readOnly": True})
@@ -139,8 +219,16 @@ class Kube:
         return True, base64.b64decode(data[key]).decode("utf-8", errors="replace")
 
     async def ensure_secret(self, secret: dict[str, Any]) -> str:
-        """Create the Secret, or replace its data when it differs. Returns created|updated|unchanged."""
+        """Create the Secret, or replace its data when it differs. Returns created|updated|unchanged.
+
+        A Secret built with a controller ownerReference (a box's child) is only ever written when the
+        stored one carries the same owner UID.
+
+        Raises:
+            NotOwned: a Secret of that name exists and is not controlled by the same owner (never patched).
+        """
         ns, name = secret["metadata"]["namespace"], secret["metadata"]["name"]
+        owner_uid, owner_name = _controller_uid(secret)
         try:
             current = await asyncio.to_thread(self.core.read_namespaced_secret, name, ns)
         except ApiException as exc:
@@ -153,6 +241,8 @@ class Kube:
                 if exc2.status != 409:
                     raise
                 current = await asyncio.to_thread(self.core.read_namespaced_secret, name, ns)
+        if owner_uid is not None:
+            require_owned(self.api_client.sanitize_for_serialization(current), owner_uid, "Secret", owner_name)
         if (current.data or {}) == secret["data"]:
             return "unchanged"
         await asyncio.to_thread(self.core.patch_namespaced_secret, name, ns,
@@ -171,17 +261,36 @@ class Kube:
 
     async def ensure_pod(self, pod: dict[str, Any]) -> str:
         """Create the pod unless it exists (pods are immutable; a changed template needs a
-        recreate, which the controller leaves to the user). Returns created|exists."""
+        recreate, which the controller leaves to the user). Returns created|exists.
+
+        Raises:
+            NotOwned: a pod of that name exists and is not controlled by the pod's owner (a squatter).
+        """
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        if await self.get_pod(ns, name) is not None:
-            return "exists"
-        try:
-            await asyncio.to_thread(self.core.create_namespaced_pod, ns, pod)
-        except ApiException as exc:
-            if exc.status == 409:
-                return "exists"
-            raise
-        return "created"
+        owner_uid, owner_name = _controller_uid(pod)
+        current = await self.get_pod(ns, name)
+        if current is None:
+            try:
+                await asyncio.to_thread(self.core.create_namespaced_pod, ns, pod)
+                return "created"
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                current = await self.get_pod(ns, name)
+        if current is not None and owner_uid is not None:
+            require_owned(current, owner_uid, "Pod", owner_name)
+        return "exists"
+
+    async def get_owned_pod(self, namespace: str, name: str, uid: str | None, box: str) -> dict[str, Any] | None:
+        """The pod as a dict when it exists and is controlled by the box ``uid``; None when absent.
+
+        Every exec and login push into a box starts here (or at `controller.kube.exec.owned_exec`).
+
+        Raises:
+            NotOwned: the pod exists but is not the box's (a squatter).
+        """
+        pod = await self.get_pod(namespace, name)
+        return None if pod is None else require_owned(pod, uid, "Pod", box)
 
     async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         """One of our custom objects, or None."""
@@ -213,3 +322,33 @@ class Kube:
         await asyncio.to_thread(self.custom.patch_namespaced_custom_object,
                                 C.GROUP, C.VERSION, namespace, plural, name,
                                 {"metadata": {"annotations": annotations}})
+
+    # ------------------------------------------------------------------ Events (controller.events.Recorder)
+    async def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
+        """Create a core/v1 Event; False when an Event of that name exists (409)."""
+        try:
+            await asyncio.to_thread(self.core.create_namespaced_event, namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def read_event_count(self, namespace: str, name: str) -> int | None:
+        """`count` of a stored Event (None when absent)."""
+        try:
+            event = await asyncio.to_thread(self.core.read_namespaced_event, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return int(event.count or 0)
+
+    async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """Merge-patch an Event (count, lastTimestamp); a deleted Event (TTL) is ignored."""
+        try:
+            await asyncio.to_thread(self.core.patch_namespaced_event, name, namespace, patch,
+                                    _content_type="application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -3,20 +3,25 @@
 Formats mirrored (see tests/fixtures/corpus/usage-payloads.jsonl and field-pitfalls §8):
 
 - Anthropic ``GET /api/oauth/usage`` (what Claude Code 2.1.x's ``/usage`` reads): windows keyed
-  ``five_hour`` / ``seven_day``, ``utilization`` already in percent 0-100, ``resets_at`` ISO 8601.
+  ``five_hour`` / ``seven_day``, ``utilization`` already in percent 0-100, ``resets_at`` ISO 8601; the newer
+  ``limits[]`` list (``kind: session | weekly_all | weekly_scoped``, ``percent`` 0-100, ``resets_at`` ISO with
+  offsets such as ``+02:00``); a ``weekly_scoped`` (per-model) entry never stands for the account's window.
 - ChatGPT ``GET /backend-api/wham/usage`` (what Codex CLI 0.169 reads): ``rate_limit.{primary,secondary,
   tertiary}_window`` with ``used_percent`` (0-100), ``limit_window_seconds``, ``reset_at`` (epoch s) or
   ``reset_after_seconds``.
 - Claude Code ``--output-format stream-json`` ``rate_limit_event`` (``rate_limit_info.status``,
-  ``resetsAt`` epoch s, ``rateLimitType``, ``utilization`` as a 0-1 fraction).
+  ``resetsAt`` epoch s, ``rateLimitType``, ``utilization`` as a 0-1 fraction; CLI 2.1.258+ adds
+  ``unifiedWindows: {five_hour: {utilization, resetsAt}, seven_day: {...}}``, several windows in one event).
 - Codex rollout JSONL ``token_count`` events (``rate_limits.{primary,secondary,tertiary}`` with
   ``used_percent``, ``window_minutes``, ``resets_at`` epoch s or ``resets_in_seconds``).
 - Codex's usage-limit 429: body ``error.{type, resets_at, resets_in_seconds}`` and ``x-codex-*`` headers.
 
 Rules: windows are named by their length (``window_name``), never by their slot; percent is 0-100 and values
-above 100 are kept; ``resets_at`` is UTC, tz-aware, truncated to the second; a null or missing window is
-absent from ``Usage.windows`` (never 0 %); unknown keys are ignored; a malformed value raises
-``UsageParseError`` whose message names the field (values themselves are never echoed).
+above 100 are kept up to 10000; ``resets_at`` is UTC, tz-aware, truncated to the second, between 2000 and
+2100; a null or missing window is absent from ``Usage.windows`` (never 0 %); unknown keys are ignored; a
+malformed or out-of-range value (NaN, 1e999, a negative percent or length, year 9999) raises
+``UsageParseError`` whose message names the field (values themselves are never echoed) - never another
+exception.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ __all__ = [
     "parse_codex_429",
     "parse_openai_usage",
     "parse_rate_limit_event",
+    "parse_rate_limit_event_usage",
     "parse_token_count",
     "usage_to_json",
     "window_name",
@@ -50,13 +56,23 @@ _MONTH_MAX_S = 31 * 86400
 # account-wide windows and are left out (they would collide with "weekly").
 _ANTHROPIC_WINDOWS = {"five_hour": _FIVE_HOUR_S, "seven_day": _WEEK_S}
 
-# rate_limit_event.rateLimitType → window name.
+# rate_limit_event.rateLimitType → window name. Per-model types (seven_day_opus, seven_day_sonnet)
+# keep their own name: a model's window never stands for the account's weekly window.
 _EVENT_WINDOW_TYPES = {
     "five_hour": WINDOW_FIVE_HOUR,
     "seven_day": WINDOW_WEEKLY,
-    "seven_day_opus": WINDOW_WEEKLY,
-    "seven_day_sonnet": WINDOW_WEEKLY,
+    "seven_day_opus": "weekly_opus",
+    "seven_day_sonnet": "weekly_sonnet",
 }
+
+# Anthropic limits[].kind → window name; weekly_scoped (one model) is not an account window.
+_LIMIT_KINDS = {"session": WINDOW_FIVE_HOUR, "five_hour": WINDOW_FIVE_HOUR, "weekly_all": WINDOW_WEEKLY,
+                "weekly": WINDOW_WEEKLY, "monthly_all": WINDOW_MONTHLY}
+
+_MAX_PERCENT = 10000.0            # values over 100 are kept; beyond this a value is garbage
+_MAX_LENGTH_S = 400 * 86400       # no window is longer
+_MIN_INSTANT = datetime(2000, 1, 1, tzinfo=timezone.utc)
+_MAX_INSTANT = datetime(2100, 1, 1, tzinfo=timezone.utc)
 
 _SLOTS = ("primary", "secondary", "tertiary")
 
@@ -112,6 +128,23 @@ def _utc(dt: datetime) -> datetime:
     return dt.astimezone(timezone.utc).replace(microsecond=0)
 
 
+def _bounded_instant(dt: datetime, field: str) -> datetime:
+    try:
+        value = _utc(dt)
+    except (OverflowError, ValueError):
+        raise UsageParseError(field, "instant out of range") from None
+    if not _MIN_INSTANT <= value < _MAX_INSTANT:
+        raise UsageParseError(field, "instant out of range (2000-2100)")
+    return value
+
+
+def _after(base: datetime, seconds: float, field: str) -> datetime:
+    """``base`` + a relative reset (``reset_after_seconds``), bounded to 0-400 days."""
+    if not 0 <= seconds <= _MAX_LENGTH_S:
+        raise UsageParseError(field, "relative reset out of range")
+    return base + timedelta(seconds=int(seconds))
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -147,7 +180,10 @@ def _percent(v: Any, field: str, *, fraction: bool = False, allow_str: bool = Fa
         return None
     if f < 0:
         raise UsageParseError(field, "negative utilization")
-    return round(f * 100.0, 6) if fraction else f
+    pct = round(f * 100.0, 6) if fraction else f
+    if pct > _MAX_PERCENT:
+        raise UsageParseError(field, "utilization out of range")
+    return pct
 
 
 def _epoch(v: Any, field: str, *, allow_str: bool = False) -> datetime | None:
@@ -158,9 +194,10 @@ def _epoch(v: Any, field: str, *, allow_str: bool = False) -> datetime | None:
     if f > 1e11:
         f = f / 1000.0
     try:
-        return datetime.fromtimestamp(int(f), tz=timezone.utc)
+        value = datetime.fromtimestamp(int(f), tz=timezone.utc)
     except (OverflowError, OSError, ValueError):
         raise UsageParseError(field, "epoch out of range") from None
+    return _bounded_instant(value, field)
 
 
 def _instant(v: Any, field: str) -> datetime | None:
@@ -172,9 +209,10 @@ def _instant(v: Any, field: str) -> datetime | None:
         if s.endswith(("Z", "z")):
             s = s[:-1] + "+00:00"
         try:
-            return _utc(datetime.fromisoformat(s))
+            parsed = datetime.fromisoformat(s)
         except ValueError:
             raise UsageParseError(field, "expected an ISO 8601 instant") from None
+        return _bounded_instant(parsed, field)
     if _is_number(v):
         return _epoch(v, field)
     raise UsageParseError(field, f"expected an ISO 8601 instant, got {type(v).__name__}")
@@ -191,8 +229,8 @@ def _seconds_of(v: Any, field: str) -> int:
     f = _number(v, field)
     if f is None:
         raise UsageParseError(field, "missing (windows are named by their length)")
-    if f <= 0:
-        raise UsageParseError(field, "expected a positive length")
+    if f <= 0 or f > _MAX_LENGTH_S:
+        raise UsageParseError(field, "expected a positive length of at most 400 days")
     return int(f)
 
 
@@ -209,17 +247,23 @@ def parse_anthropic_usage(payload: dict, now: datetime) -> Usage:
     """Parse Anthropic's OAuth usage endpoint (``GET /api/oauth/usage``, as Claude Code 2.1.x reads it).
 
     Args:
-        payload: the JSON body, e.g. ``{"five_hour": {"utilization": 37.0, "resets_at": "2026-…+00:00"},
-            "seven_day": {...}, "seven_day_opus": null, "extra_usage": {...}}``.
+        payload: the JSON body in either shape, or both together:
+            legacy ``{"five_hour": {"utilization": 37.0, "resets_at": "2026-…+00:00"}, "seven_day": {...},
+            "seven_day_opus": null, "extra_usage": {...}}``;
+            newer ``{"limits": [{"kind": "session" | "weekly_all" | "weekly_scoped", "percent": 34,
+            "resets_at": "2026-08-15T07:29:59.821118+02:00", "scope": null | {"model": {...}}, ...}]}``.
         now: the instant the body was received; becomes ``Usage.read_at`` (UTC).
 
     Returns:
-        Usage with ``five_hour`` (from ``five_hour``) and ``weekly`` (from ``seven_day``) when present and
-        non-null; ``utilization`` is taken as percent 0-100 as given (> 100 kept). Per-model windows
-        (``seven_day_opus``…) and ``extra_usage`` are not included.
+        Usage with ``five_hour`` (``five_hour`` / ``limits[kind=session]``) and ``weekly`` (``seven_day`` /
+        ``limits[kind=weekly_all]``) when present and non-null; percent 0-100 as given (> 100 kept). When both
+        shapes name a window the more used one is kept. Per-model windows (``seven_day_opus``…, ``limits[]``
+        entries of kind ``weekly_scoped`` or with a ``scope``) and ``extra_usage`` are not included: a model's
+        window never stands for the account's.
 
     Raises:
-        UsageParseError: a window is not an object, ``utilization`` not a number, ``resets_at`` not ISO 8601.
+        UsageParseError: a window is not an object, ``utilization``/``percent`` not a number or out of range,
+            ``resets_at`` not ISO 8601 or outside 2000-2100, ``limits`` not a list.
     """
     payload = _require_dict(payload, "payload")
     windows: dict[str, Window] = {}
@@ -231,6 +275,22 @@ def parse_anthropic_usage(payload: dict, now: datetime) -> Usage:
         if pct is None:
             continue
         _put(windows, Window(window_name(length), pct, _instant(w.get("resets_at"), f"{key}.resets_at")))
+    limits = payload.get("limits")
+    if limits is not None and not isinstance(limits, list):
+        raise UsageParseError("limits", f"expected a list, got {type(limits).__name__}")
+    for n, entry in enumerate((limits or [])[:64]):
+        field = f"limits[{n}]"
+        entry = _obj(entry, field)
+        if entry is None:
+            continue
+        kind = entry.get("kind")
+        name = _LIMIT_KINDS.get(kind) if isinstance(kind, str) else None
+        if name is None or entry.get("scope") not in (None, {}):
+            continue  # weekly_scoped or another model-scoped entry: not the account's window
+        pct = _percent(entry.get("percent", entry.get("utilization")), f"{field}.percent")
+        if pct is None:
+            continue
+        _put(windows, Window(name, pct, _instant(entry.get("resets_at"), f"{field}.resets_at")))
     return Usage(windows=windows, read_at=_utc(now))
 
 
@@ -269,7 +329,7 @@ def parse_openai_usage(payload: dict, now: datetime) -> Usage:
             if resets_at is None:
                 after = _number(w.get("reset_after_seconds"), f"{field}.reset_after_seconds")
                 if after is not None:
-                    resets_at = now + timedelta(seconds=int(after))
+                    resets_at = _after(now, after, f"{field}.reset_after_seconds")
             _put(windows, Window(window_name(length), pct, resets_at))
     return Usage(windows=windows, read_at=now)
 
@@ -313,6 +373,57 @@ def parse_rate_limit_event(payload: dict) -> tuple[bool, Window]:
     return limited, Window(_EVENT_WINDOW_TYPES.get(rtype, rtype), pct, resets_at)
 
 
+def parse_rate_limit_event_usage(payload: dict, read_at: datetime | None = None) -> tuple[bool, Usage]:
+    """Every window a ``rate_limit_event`` carries (Claude Code 2.1.x stream-json; 2.1.258+ adds several).
+
+    Args:
+        payload: as for :func:`parse_rate_limit_event`; ``rate_limit_info.unifiedWindows`` may be an object
+            ``{"five_hour": {"utilization": 0.37, "resetsAt": <epoch s>}, "seven_day": {...}}`` or a list of
+            ``{"rateLimitType"|"type": …, "utilization", "resetsAt"}``.
+        read_at: becomes ``Usage.read_at``.
+
+    Returns:
+        ``(limited, usage)``: ``limited`` as in :func:`parse_rate_limit_event`; ``usage.windows`` holds every
+        window of ``unifiedWindows`` (fractions scaled to percent, > 100 kept) and the event's own
+        ``rateLimitType`` window (100 % when rejected) when ``unifiedWindows`` lacks it. Per-model types keep
+        their own names (``weekly_opus``), never ``weekly``.
+
+    Raises:
+        UsageParseError: as :func:`parse_rate_limit_event`, or naming e.g.
+            ``rate_limit_info.unifiedWindows.seven_day.utilization``.
+    """
+    limited, main = parse_rate_limit_event(payload)
+    info = payload.get("rate_limit_info", payload) if isinstance(payload, dict) else {}
+    prefix = "rate_limit_info." if isinstance(payload, dict) and "rate_limit_info" in payload else ""
+    raw = info.get("unifiedWindows") if isinstance(info, dict) else None
+    items: list[tuple[str, Any]] = []
+    if isinstance(raw, dict):
+        items = [(str(k), v) for k, v in list(raw.items())[:16]]
+    elif isinstance(raw, list):
+        for n, v in enumerate(raw[:16]):
+            v = _obj(v, f"{prefix}unifiedWindows[{n}]")
+            if v is not None:
+                items.append((str(v.get("rateLimitType") or v.get("type") or ""), v))
+    elif raw is not None:
+        raise UsageParseError(f"{prefix}unifiedWindows", "expected an object or a list")
+    windows: dict[str, Window] = {}
+    for key, value in items:
+        field = f"{prefix}unifiedWindows.{key}"
+        w = _obj(value, field)
+        if w is None or not key:
+            continue
+        pct = _percent(w.get("utilization"), f"{field}.utilization", fraction=True)
+        if pct is None:
+            continue
+        _put(windows, Window(_EVENT_WINDOW_TYPES.get(key, key), pct, _epoch(w.get("resetsAt"), f"{field}.resetsAt")))
+    if main.name not in windows and (limited or info.get("utilization") is not None):
+        windows[main.name] = main
+    elif limited:
+        old = windows[main.name]
+        windows[main.name] = Window(old.name, max(old.utilization, 100.0), old.resets_at or main.resets_at)
+    return limited, Usage(windows=windows, read_at=_utc(read_at) if read_at is not None else None)
+
+
 def parse_token_count(payload: dict) -> Usage:
     """Parse a Codex rollout ``token_count`` event (``~/.codex/sessions/**.jsonl``, Codex CLI 0.1xx).
 
@@ -351,13 +462,13 @@ def parse_token_count(payload: dict) -> Usage:
             minutes = _number(w.get("window_minutes"), f"{field}.window_minutes")
             if minutes is None:
                 raise UsageParseError(f"{field}.window_minutes", "missing (windows are named by their length)")
-            if minutes <= 0:
-                raise UsageParseError(f"{field}.window_minutes", "expected a positive length")
+            if minutes <= 0 or minutes * 60 > _MAX_LENGTH_S:
+                raise UsageParseError(f"{field}.window_minutes", "expected a positive length of at most 400 days")
             resets_at = _epoch(w.get("resets_at"), f"{field}.resets_at")
             if resets_at is None and read_at is not None:
                 after = _number(w.get("resets_in_seconds"), f"{field}.resets_in_seconds")
                 if after is not None:
-                    resets_at = read_at + timedelta(seconds=int(after))
+                    resets_at = _after(read_at, after, f"{field}.resets_in_seconds")
             _put(windows, Window(window_name(int(minutes * 60)), pct, resets_at))
     return Usage(windows=windows, read_at=read_at)
 
@@ -397,13 +508,13 @@ def parse_codex_429(
         minutes = _number(hdr.get(p + "window-minutes"), p + "window-minutes", allow_str=True)
         if minutes is None:
             continue  # cannot be named by its length; never guess from the slot
-        if minutes <= 0:
-            raise UsageParseError(p + "window-minutes", "expected a positive length")
+        if minutes <= 0 or minutes * 60 > _MAX_LENGTH_S:
+            raise UsageParseError(p + "window-minutes", "expected a positive length of at most 400 days")
         resets_at = _epoch(hdr.get(p + "reset-at"), p + "reset-at", allow_str=True)
         if resets_at is None and now_utc is not None:
             after = _number(hdr.get(p + "reset-after-seconds"), p + "reset-after-seconds", allow_str=True)
             if after is not None:
-                resets_at = now_utc + timedelta(seconds=int(after))
+                resets_at = _after(now_utc, after, p + "reset-after-seconds")
         _put(windows, Window(window_name(int(minutes * 60)), pct, resets_at))
 
     err = _obj(body.get("error"), "error") or {}
@@ -415,7 +526,7 @@ def parse_codex_429(
     if resets_at is None and now_utc is not None:
         after = _number(err.get("resets_in_seconds"), "error.resets_in_seconds")
         if after is not None:
-            resets_at = now_utc + timedelta(seconds=int(after))
+            resets_at = _after(now_utc, after, "error.resets_in_seconds")
     if resets_at is None and limited:
         exhausted = [w.resets_at for w in windows.values() if w.utilization >= 100.0 and w.resets_at]
         if exhausted:

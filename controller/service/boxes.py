@@ -13,10 +13,22 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller import constants as C
-from controller.conditions import set_condition
-from controller.kube.objects import TemplateError, make_box_secret, make_pod, pod_name
+from controller.conditions import get_condition, set_condition
+from controller.domain import boxpolicy
+from controller.domain.podstate import box_container_view
+from controller.domain.podtemplate import container_problem, template_problem
+from controller.kube.objects import NotOwned, TemplateError, box_container, make_box_secret, make_pod, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
 from controller.runtime import Runtime
+from controller.settings import Settings
+
+
+def box_policy(settings: Settings) -> boxpolicy.BoxPolicy:
+    """The box policy from the operator settings (`box_policy*`)."""
+    return boxpolicy.BoxPolicy(
+        enabled=settings.box_policy, service_accounts=tuple(settings.box_policy_service_accounts),
+        allow_token=settings.box_policy_allow_token, volume_types=tuple(settings.box_policy_volume_types),
+        secret_names=tuple(settings.box_policy_secret_names), image_prefixes=tuple(settings.box_policy_image_prefixes))
 
 
 def credential_key(agent: str) -> str:
@@ -72,9 +84,13 @@ _RETRY = -1.0  # "retry after the configured delay" (settings.retry_delay_s)
 def _fail(body: dict[str, Any], rt: Runtime, reason: str, message: str, retry: float | None = _RETRY) -> Outcome:
     status = body.get("status") or {}
     gen = body["metadata"].get("generation")
+    before = next((c for c in status.get("conditions") or [] if c.get("type") == C.COND_READY), {})
     conds = set_condition(status.get("conditions") or [], C.COND_READY, False, reason, message, rt.clock(), gen)
+    after = next(c for c in conds if c.get("type") == C.COND_READY)
+    # The Warning on change only: a retried reconcile that finds the same problem posts nothing.
+    same = (before.get("status"), before.get("reason"), before.get("message")) == ("False", reason, after["message"])
     return Outcome(status={"conditions": conds, "state": "Error", "observedGeneration": gen},
-                   events=[("Warning", reason, message)],
+                   events=[] if same else [("Warning", reason, message)],
                    retry_after=rt.settings.retry_delay_s if retry == _RETRY else retry)
 
 
@@ -93,6 +109,17 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
         spec = AgentBoxSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         return _fail(body, rt, C.R_INVALID_SPEC, validation_message(exc), retry=None)
+    # The template's shape first (the CRD leaves it open), and a spec.container that names one of its
+    # containers (else the watcher never finds its tmux and the box would stay Pending forever).
+    problem = template_problem(spec.template) or container_problem(spec.template, spec.container)
+    if problem:
+        return _fail(body, rt, C.R_INVALID_SPEC, problem, retry=None)
+    # The box policy, before anything is read or written for the box: a refused template gets no pod and
+    # no credentials Secret (the same rules run at admission, see controller/domain/boxpolicy.py).
+    policy = box_policy(rt.settings)
+    violations = boxpolicy.check(spec.template, policy)
+    if violations:
+        return _fail(body, rt, C.R_POLICY_VIOLATION, boxpolicy.summary(violations), retry=None)
 
     provider = C.SUPPORTED_SUBSCRIPTION_AGENTS.get(spec.agent)
     uses_limits = spec.when_agent_stops.resume_after_reset or spec.when_agent_stops.rotation.enabled
@@ -147,37 +174,50 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
                          f"{ref.name!r} key {ref.key!r} is unusable: {exc}")
 
     try:
-        pod = make_pod(body, spec.template, spec.agent, with_credentials=login_text is not None)
+        pod = make_pod(body, boxpolicy.harden(spec.template, policy), spec.agent,
+                       with_credentials=login_text is not None)
     except TemplateError as exc:
         return _fail(body, rt, C.R_INVALID_SPEC, str(exc), retry=None)
 
     events: list[tuple[str, str, str]] = []
-    if login_text is not None:
-        result = await rt.kube.ensure_secret(make_box_secret(body, credential_key(spec.agent), login_text))
-        if result == "created":
-            events.append(("Normal", "CreatedSecret", f"Created Secret {name}-credentials"))
-        elif result == "updated":
-            events.append(("Normal", "UpdatedSecret", f"Updated Secret {name}-credentials"))
-    if await rt.kube.ensure_pod(pod) == "created":
-        events.append(("Normal", "CreatedPod", f"Created Pod {pod_name(name)}"))
+    try:
+        if login_text is not None:
+            result = await rt.kube.ensure_secret(make_box_secret(body, credential_key(spec.agent), login_text))
+            if result == "created":
+                events.append(("Normal", "CreatedSecret", f"Created Secret {name}-credentials"))
+            elif result == "updated":
+                events.append(("Normal", "UpdatedSecret", f"Updated Secret {name}-credentials"))
+        if await rt.kube.ensure_pod(pod) == "created":
+            events.append(("Normal", "CreatedPod", f"Created Pod {pod_name(name)}"))
+    except NotOwned as exc:
+        # A squatter under the box's Secret or pod name: never written, never exec'd into. Retried
+        # (it may be deleted); the Warning is posted once per appearance (the tab watcher posts the
+        # pod's, since it also sees a squatter that appears later).
+        out = _fail(body, rt, exc.reason, str(exc))
+        ready = next((c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == C.COND_READY), {})
+        if exc.kind == "Pod" or ready.get("reason") == exc.reason:
+            out.events = []
+        return out
 
     current = await rt.kube.get_pod(ns, pod_name(name))
-    phase = ((current or {}).get("status") or {}).get("phase") or "Pending"
+    view = box_container_view(current, pod_name(name),
+                              box_container((current or {}).get("spec") or {}, spec.container) if current else None)
     status = body.get("status") or {}
     now = rt.clock()
-    if phase == "Running":
-        conds = set_condition(status.get("conditions") or [], C.COND_READY, True, C.R_RECONCILED,
-                              "Pod running; tabs are watched" if uses_limits and provider else
-                              "Pod running (limit features are off for this agent)", now, gen)
-    else:
-        conds = set_condition(status.get("conditions") or [], C.COND_READY, False, C.R_POD_PENDING,
-                              f"Pod {pod_name(name)} is {phase}", now, gen)
+    conds = status.get("conditions") or []
+    ready = get_condition(conds, C.COND_READY) or {}
+    if not view.running:
+        conds = set_condition(conds, C.COND_READY, False, view.reason, view.message, now, gen)
+    elif not (ready.get("status") == "True" and ready.get("reason") == C.R_RECONCILED):
+        # The container runs; Ready waits for the tab watcher to see the tmux session (woken right away).
+        conds = set_condition(conds, C.COND_READY, False, C.R_CHECKING_SESSION,
+                              f"Container running; checking the tmux session '{C.TMUX_SESSION}'", now, gen)
     out = {
         "pod": pod_name(name),
         "subscription": status.get("subscription") or spec.subscription,
         "conditions": conds,
         "observedGeneration": gen,
     }
-    if status.get("state") in (None, "Error", "Pending") or phase != "Running":
-        out["state"] = "Running" if phase == "Running" else "Pending"
+    if status.get("state") in (None, "Error") or not view.running:
+        out["state"] = "Pending"
     return Outcome(status=out, events=events)

@@ -39,6 +39,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from controller import constants as C
+from controller import metrics
 from controller.conditions import set_condition
 from controller.providers.credentials import InvalidLogin, Login, parse_login, token_fingerprint
 
@@ -55,6 +56,8 @@ KEY_OF = {"anthropic": "credentials.json", "openai": "auth.json"}
 _REPLACE = ('umask 077; f="$HOME/$1"; [ -f "$f" ] || exit 4; cat > "$f.agentbox-tmp" '
             '&& mv -f "$f.agentbox-tmp" "$f"')
 _READ = 'f="$HOME/$1"; [ -f "$f" ] || exit 4; head -c 262144 "$f"'
+IN_FLIGHT_KEY = "refreshInFlight"  # status: "sha256:<8 hex>" of the refresh token being spent (write-ahead)
+_UNDECIDED = "undecided"   # a login in a box could not be checked with the provider (yet)
 
 
 @dataclass
@@ -101,8 +104,14 @@ class LoginKeeper:
     refused_fp: str | None = None          # refresh token the provider refused (no retry until it changes)
     lifetime_s: float | None = None        # observed access token lifetime (after our first refresh)
     unsynced: set[str] = field(default_factory=set)   # boxes whose push failed
+    refused_msg: str | None = None
+    lost_fp: str | None = None             # refresh token whose answer was lost (never sent again)
+    _marker_checked: bool = False
     refreshes: int = 0
     adopted: int = 0
+    identity_fp: str | None = None         # access token whose account identity is recorded in status.account
+    verdicts: dict[str, str | None] = field(default_factory=dict)   # candidate access fp -> identity (None: refused)
+    refused_boxes: dict[str, str] = field(default_factory=dict)     # box -> refused candidate's access fp
     _last_boxes: list[_Box] = field(default_factory=list)
 
     @property
@@ -112,12 +121,14 @@ class LoginKeeper:
     # ------------------------------------------------------------------ the tick
     async def tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
         """Refresh / adopt / propagate as due. Never raises: trouble (API server, pods) is logged and
-        retried after ``login_retry_s`` with the current login kept for the usage read."""
+        retried after ``login_retry_s`` with the current login kept for the usage read (none while the
+        provider refuses this login: the subscription stays Disconnected)."""
         try:
             return await self._tick(spec, login, status)
         except Exception as exc:  # noqa: BLE001
             log.warning("Subscription %s: login keeping failed (%s); retrying", self.marker, type(exc).__name__)
-            return KeepResult(login, status, self.rt.settings.login_retry_s)
+            refused = self.refused_fp is not None and token_fingerprint(login.refresh_token) == self.refused_fp
+            return KeepResult(None if refused else login, status, self.rt.settings.login_retry_s)
 
     async def _tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
         st = self.rt.settings
@@ -132,38 +143,63 @@ class LoginKeeper:
             return KeepResult(login, status, far)
         gen = status.get("observedGeneration")
         fp = token_fingerprint(login.refresh_token)
+        if not self._marker_checked:
+            # A refresh marked in flight by an earlier run whose answer never reached the Secret: the
+            # provider may have spent the token; it is never sent again (a second use revokes the chain).
+            self._marker_checked = True
+            if status.get(IN_FLIGHT_KEY) == f"sha256:{fp}":
+                self._answer_lost(fp, ref, "the controller stopped while a login refresh was in flight")
+        status = await self._record_identity(provider, login, status, now)
         if self.refused_fp is not None:
             if fp == self.refused_fp:
-                # Refused earlier and the Secret did not change: stay Disconnected; still look for a
-                # box that holds a newer login (an agent that refreshed by itself).
-                adopted = await self._adopt_from_boxes(provider, login, text, ref, now)
-                if adopted is None:
+                # Refused earlier and the Secret did not change: stay Disconnected (rewritten every
+                # pass until the API server has it); still look for a box that holds a newer login of
+                # this account (an agent that refreshed by itself).
+                adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
+                if not isinstance(adopted, tuple):
+                    status = await self._disconnected(status, ref, now, gen)
                     return KeepResult(None, status, far)
                 login, text = adopted
             self.refused_fp = None
             self.failures, self.retry_at = 0, None
+        if self.lost_fp is not None:
+            if fp == self.lost_fp:
+                adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
+                if not isinstance(adopted, tuple):
+                    return KeepResult(login, self._lost_status(login, status, ref, now, gen), far)
+                login, text = adopted
+            self.lost_fp = None   # the Secret holds another login now (a human logged in again, or adopted)
+            metrics.LOGIN_ANSWER_LOST.labels(self.namespace, self.name).set(0)
         due = self._due_at(login)
         if now >= due and (self.retry_at is None or now >= self.retry_at):
-            adopted = await self._adopt_from_boxes(provider, login, text, ref, now)
-            if adopted is not None:
+            adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
+            if isinstance(adopted, tuple):
                 login, text = adopted
+            elif adopted == _UNDECIDED:
+                # A newer login sits in a box but the provider could not be asked whose it is: neither
+                # adopt it nor spend our refresh token (it may be spent already); ask again soon.
+                self._backoff(login, now)
+                conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
+                                      "IdentityCheckFailed", "A box holds a newer login; the provider could not "
+                                      "confirm its account yet; retrying, the current login stays in use", now, gen)
+                return KeepResult(login, {**status, "conditions": conds},
+                                  max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
             else:
                 outcome = await self._refresh(provider, login, text, ref, now)
-                if isinstance(outcome, str):          # refused: Disconnected
-                    conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
-                                          "RefreshRefused", outcome, now, gen)
-                    conds = set_condition(conds, C.COND_CREDENTIALS_VALID, False, "RefreshRefused",
-                                          "The provider refused to renew the login; update the login Secret "
-                                          f"{ref.name!r}", now, gen)
-                    await self._patch({"state": "Disconnected", "conditions": conds,
-                                       "message": "Login refresh refused by the provider"})
-                    return KeepResult(None, {**status, "conditions": conds, "state": "Disconnected"}, far)
-                if outcome is None:                    # unavailable: keep the old login, retry later
+                metrics.LOGIN_REFRESHES.labels(self.namespace, self.name, outcome if isinstance(outcome, str)
+                                               else "ok").inc()
+                if outcome == "refused":              # Disconnected
+                    status = await self._disconnected(status, ref, now, gen)
+                    return KeepResult(None, status, far)
+                if outcome == "lost":                 # keep the current access token until it expires
+                    return KeepResult(login, self._lost_status(login, status, ref, now, gen), far)
+                if outcome == "error":                # unavailable: keep the old login, retry later
                     conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
                                           "RefreshFailed", f"Login refresh failed {self.failures} time(s); "
                                           "retrying, the current login stays in use", now, gen)
                     return KeepResult(login, {**status, "conditions": conds},
                                       max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
+                assert isinstance(outcome, tuple)
                 login, text = outcome
         elif self.unsynced:
             await self.propagate(provider, text, only=set(self.unsynced))
@@ -177,7 +213,50 @@ class LoginKeeper:
         delay = (self._due_at(login) - self.rt.clock()).total_seconds()
         if self.unsynced:
             delay = min(delay, st.login_retry_s)
+        if login.expires_at is not None:
+            metrics.LOGIN_EXPIRY.labels(self.namespace, self.name).set(login.expires_at.timestamp())
         return KeepResult(login, {**status, "conditions": conds}, max(0.5, min(delay, far)))
+
+    async def _disconnected(self, status: dict[str, Any], ref: Any, now: datetime, gen: Any) -> dict[str, Any]:
+        """The refused state, written whenever the stored status differs (level-triggered: a failed
+        patch is repeated at the next pass, so the Subscription never shows Available with a dead login).
+
+        Raises:
+            the API error of a failed patch (the tick retries after ``login_retry_s``).
+        """
+        msg = self.refused_msg or f"The provider refused to renew the login; update the login Secret {ref.name!r}"
+        current = status.get("conditions") or []
+        conds = set_condition(current, COND_LOGIN_REFRESHED, False, "RefreshRefused", msg, now, gen)
+        conds = set_condition(conds, C.COND_CREDENTIALS_VALID, False, "RefreshRefused",
+                              f"The provider refused to renew the login; update the login Secret {ref.name!r}",
+                              now, gen)
+        want = {"state": "Disconnected", "conditions": conds, "message": "Login refresh refused by the provider"}
+        if (status.get("state") != "Disconnected" or conds != current or status.get(IN_FLIGHT_KEY)
+                or status.get("message") != want["message"]):
+            await self._patch({**want, IN_FLIGHT_KEY: None})
+            metrics.set_subscription_state(self.namespace, self.name, "Disconnected")
+        return {**status, **want, IN_FLIGHT_KEY: None}
+
+    def _answer_lost(self, fp: str, ref: Any, why: str) -> None:
+        """Enter the answer-lost state for refresh token ``fp``: one Warning Event, the metric set."""
+        if self.lost_fp == fp:
+            return
+        self.lost_fp = fp
+        metrics.LOGIN_ANSWER_LOST.labels(self.namespace, self.name).set(1)
+        self.post_event("Warning", "RefreshAnswerLost",
+                        f"The answer to a login refresh was lost ({why}); the provider may have spent the refresh "
+                        "token, so it is not sent again. The current access token stays in use until it expires: "
+                        f"log in again and update the login Secret {ref.name!r} before then")
+        log.warning("Subscription %s: refresh answer lost (%s); refresh token sha256:%s is not sent again",
+                    self.marker, why, fp)
+
+    def _lost_status(self, login: Login, status: dict[str, Any], ref: Any, now: datetime, gen: Any) -> dict[str, Any]:
+        until = f"{login.expires_at:%Y-%m-%d %H:%M:%S} UTC" if login.expires_at else "it expires"
+        conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False, "RefreshAnswerLost",
+                              "The answer to a login refresh was lost; its refresh token is not sent again (a "
+                              f"second use revokes every copy). The current access token works until {until}: "
+                              f"log in again and update the login Secret {ref.name!r}", now, gen)
+        return {**status, "conditions": conds}
 
     def due_in(self, login: Login | None) -> float:
         """Seconds until ``login`` is due for a refresh (inf without a refresh token or expiry)."""
@@ -198,50 +277,158 @@ class LoginKeeper:
 
     # ------------------------------------------------------------------ refresh
     async def _refresh(self, provider: str, login: Login, text: str, ref: Any,
-                       now: datetime) -> tuple[Login, str] | str | None:
-        """(login, text) on success; a message when refused; None when unavailable (retry later)."""
+                       now: datetime) -> tuple[Login, str] | str:
+        """Spend the refresh token once. (login, text) on success; "refused" (Disconnected), "lost" (the
+        answer did not arrive: never resent) or "error" (not spent: retried after the backoff or the
+        provider's Retry-After, whichever is longer).
+
+        Write-ahead: ``status.refreshInFlight`` holds the token's fingerprint while the request is out, so
+        a controller that dies before storing the answer never sends the token again after a restart.
+        """
         import aiohttp
 
-        from controller.providers.oauth import RefreshError, RefreshRefused, RefreshUnavailable, refresh_login
+        from controller.providers.oauth import (RefreshError, RefreshLost, RefreshRefused, RefreshUnavailable,
+                                                refresh_login)
 
         st = self.rt.settings
         url = st.anthropic_token_url if provider == "anthropic" else st.openai_token_url
+        fp = token_fingerprint(login.refresh_token)
+        await self._patch({IN_FLIGHT_KEY: f"sha256:{fp}"})   # fails: nothing sent, the tick retries
+        notes: list[str] = []
         try:
             if self.session is not None:
-                new_text = await refresh_login(self.session, provider, text, login, token_url=url, now=now)
+                new_text = await refresh_login(self.session, provider, text, login, token_url=url, now=now,
+                                               notes=notes)
             else:  # refreshes are rare: a session per refresh, nothing left open when the daemon stops
                 async with aiohttp.ClientSession() as session:
-                    new_text = await refresh_login(session, provider, text, login, token_url=url, now=now)
+                    new_text = await refresh_login(session, provider, text, login, token_url=url, now=now,
+                                                   notes=notes)
         except RefreshRefused as exc:
-            self.refused_fp = token_fingerprint(login.refresh_token)
-            msg = f"The provider refused to renew the login ({exc}); update the login Secret {ref.name!r}"
-            self.post_event("Warning", "LoginRefreshRefused", msg)
+            self.refused_fp = fp
+            self.refused_msg = f"The provider refused to renew the login ({exc}); update the login Secret {ref.name!r}"
+            self.post_event("Warning", "LoginRefreshRefused", self.refused_msg)
             log.warning("Subscription %s: %s", self.marker, exc)
-            return msg
+            return "refused"
+        except RefreshLost as exc:
+            self._answer_lost(fp, ref, str(exc))
+            return "lost"
         except (RefreshUnavailable, RefreshError) as exc:
             from datetime import timedelta
 
-            self.failures += 1
-            backoff = min(st.login_retry_s * 2 ** (self.failures - 1), max(st.login_retry_s, 600.0))
-            # Never let the backoff run past the agents' own refresh point (5 min before expiry).
-            if login.expires_at is not None:
-                backoff = min(backoff, max(1.0, (login.expires_at - now).total_seconds() / 4))
-            self.retry_at = now + timedelta(seconds=backoff)
+            backoff = self._backoff(login, now)
+            wait = getattr(exc, "retry_after_s", None)
+            if wait is not None and wait > backoff:
+                # The provider said when: honoured in full (the current login stays in use meanwhile).
+                backoff = wait
+                self.retry_at = now + timedelta(seconds=wait)
             log.warning("Subscription %s: %s; retry in %.0f s", self.marker, exc, backoff)
             if self.failures == 1:
                 self.post_event("Warning", "LoginRefreshFailed", f"{exc}; retrying, the current login stays in use")
-            return None
+            await self._clear_in_flight()
+            return "error"
         self.failures, self.retry_at = 0, None
         new = parse_login(provider, new_text)
         if new.expires_at is not None:
             self.lifetime_s = max(1.0, (new.expires_at - now).total_seconds())
         self.refreshes += 1
+        self.identity_fp = new.fingerprint   # same chain, same account
         new_text = self._mark(provider, new_text)
         await self._store(ref, new_text)
+        await self._clear_in_flight()
+        for note in notes:
+            self.post_event("Warning", "TokenAnswerInvalid", note)
         await self.propagate(provider, new_text)
         log.info("Subscription %s: login refreshed (token sha256:%s), pushed to %d box(es)", self.marker,
                  new.fingerprint, len(self._last_boxes))
         return new, new_text
+
+    async def _clear_in_flight(self) -> None:
+        """Remove the write-ahead mark (best effort: a mark left behind names a token no longer in the
+        Secret after a success, and only makes a restarted controller cautious after a failure)."""
+        try:
+            await self._patch({IN_FLIGHT_KEY: None})
+        except Exception as exc:  # noqa: BLE001
+            log.warning("Subscription %s: clearing refreshInFlight failed (%s)", self.marker, type(exc).__name__)
+
+    def _backoff(self, login: Login, now: datetime) -> float:
+        """Count a failure and set ``retry_at``: doubling from ``login_retry_s`` up to 10 minutes, never
+        past a quarter of the access token's remaining life (the agents refresh at 5 minutes)."""
+        from datetime import timedelta
+
+        st = self.rt.settings
+        self.failures += 1
+        backoff = min(st.login_retry_s * 2 ** min(self.failures - 1, 30), max(st.login_retry_s, 600.0))
+        if login.expires_at is not None:
+            backoff = min(backoff, max(1.0, (login.expires_at - now).total_seconds() / 4))
+        self.retry_at = now + timedelta(seconds=backoff)
+        return backoff
+
+    # ------------------------------------------------------------------ identity
+    async def _identity(self, provider: str, login: Login) -> str:
+        """The provider-confirmed account identity of ``login`` (`controller.providers.identity`)."""
+        import aiohttp
+
+        from controller.providers.identity import account_identity
+
+        st = self.rt.settings
+        base = st.anthropic_base_url if provider == "anthropic" else st.openai_base_url
+        if self.session is not None:
+            return await account_identity(self.session, provider, login, base_url=base)
+        async with aiohttp.ClientSession() as session:
+            return await account_identity(session, provider, login, base_url=base)
+
+    async def _record_identity(self, provider: str, login: Login, status: dict[str, Any],
+                               now: datetime) -> dict[str, Any]:
+        """Record in ``status.account`` whose login the Subscription's Secret holds, as the provider says
+        (once per access token, while it is valid). The Secret is written by the Subscription owner or by
+        this keeper (only with logins of the same account), so its login defines the account; a login
+        found in a box is adopted only when the provider names the same account (`_verify`)."""
+        from controller.providers.identity import IdentityRefused, IdentityUnavailable
+
+        fp = login.fingerprint
+        if fp == self.identity_fp or (login.expires_at is not None and login.expires_at <= now):
+            return status
+        try:
+            ident = await self._identity(provider, login)
+        except IdentityUnavailable as exc:
+            log.info("Subscription %s: %s; asking again at the next read", self.marker, exc)
+            return status
+        except IdentityRefused:
+            self.identity_fp = fp  # the usage read reports the refused login
+            return status
+        if status.get("account") != ident:
+            await self._patch({"account": ident})
+            log.info("Subscription %s: account identity %s recorded", self.marker, ident)
+        self.identity_fp = fp
+        return {**status, "account": ident}
+
+    async def _verify(self, provider: str, held: Login, recorded: str | None, now: datetime) -> str | None:
+        """Why the login ``held`` (found in a box) must not be adopted; "" when the provider confirmed it
+        belongs to the recorded account; None when the provider could not be asked (decide later)."""
+        from controller.providers.identity import IdentityRefused, IdentityUnavailable
+
+        if not recorded:
+            return ("the Subscription's account identity is not recorded yet (it is recorded while the "
+                    "Secret's own login is valid), so no login from a box can be proven")
+        if held.expires_at is not None and held.expires_at <= now:
+            return "its access token has expired, so the provider cannot confirm its account"
+        fp = held.fingerprint
+        if fp not in self.verdicts:
+            try:
+                self.verdicts[fp] = await self._identity(provider, held)
+            except IdentityUnavailable as exc:
+                log.info("Subscription %s: %s", self.marker, exc)
+                return None
+            except IdentityRefused:
+                self.verdicts[fp] = None
+            if len(self.verdicts) > 256:  # bounded: a box cannot grow it without limit
+                self.verdicts.pop(next(iter(self.verdicts)))
+        ident = self.verdicts[fp]
+        if ident is None:
+            return "the provider does not accept its access token"
+        if ident != recorded:
+            return "the provider says it belongs to another account"
+        return ""
 
     # ------------------------------------------------------------------ store / propagate
     def _mark(self, provider: str, text: str) -> str:
@@ -285,6 +472,12 @@ class LoginKeeper:
         return out
 
     async def _exec(self, box: _Box, argv: list[str], stdin: str | None = None) -> Any:
+        """Run argv in the box's own pod; None when it has no running pod.
+
+        Raises:
+            NotOwned: the pod under the box's name is not controlled by the box (never exec'd into).
+        """
+        from controller.kube.exec import owned_exec
         from controller.kube.objects import box_container
 
         pod = await self.rt.kube.get_pod(self.namespace, box.pod)
@@ -293,17 +486,25 @@ class LoginKeeper:
         container = box_container(pod.get("spec") or {}, box.container)
         if container is None:
             return None
-        if stdin is None:
-            return await self.rt.exec(self.namespace, box.pod, container, argv)
-        return await self.rt.exec(self.namespace, box.pod, container, argv, stdin=stdin)
+        run = owned_exec(self.rt.exec, pod, (box.body.get("metadata") or {}).get("uid"), box.name, container)
+        return await (run(argv) if stdin is None else run(argv, stdin=stdin))
 
     async def push(self, provider: str, box: _Box, text: str) -> bool:
-        """The login into one box: its credentials Secret, then its live file where one exists."""
-        from controller.kube.objects import make_box_secret
+        """The login into one box: its credentials Secret, then its live file where one exists.
+
+        Only into objects the box owns: a squatting Secret or pod (NotOwned) gets nothing; the box's
+        reconcile and tab watcher report it (SecretNotOwned / PodNotOwned). Returns False when the
+        push should be retried.
+        """
+        from controller.kube.objects import NotOwned, make_box_secret
 
         try:
             await self.rt.kube.ensure_secret(make_box_secret(box.body, KEY_OF[provider], text))
             res = await self._exec(box, ["sh", "-c", _REPLACE, "sh", PATH_OF[provider]], stdin=text)
+        except NotOwned as exc:
+            log.warning("Subscription %s: not pushing the login to box %s: %s is not the box's", self.marker,
+                        box.name, exc.kind)
+            return True  # nothing to retry until the squatter goes; the read-back compares again
         except Exception as exc:  # noqa: BLE001
             log.warning("Subscription %s: pushing the login to box %s failed (%s)", self.marker, box.name,
                         type(exc).__name__)
@@ -314,8 +515,10 @@ class LoginKeeper:
         return True
 
     async def propagate(self, provider: str, text: str, only: set[str] | None = None) -> None:
-        """Push ``text`` to every box on the subscription (or the boxes in ``only``)."""
-        boxes = [b for b in await self._boxes(provider) if only is None or b.name in only]
+        """Push ``text`` to every box on the subscription (or the boxes in ``only``), except boxes that
+        hold a login the keeper refused to adopt (`refused_boxes`)."""
+        boxes = [b for b in await self._boxes(provider)
+                 if (only is None or b.name in only) and b.name not in self.refused_boxes]
         results = await asyncio.gather(*(self.push(provider, b, text) for b in boxes))
         for box, ok in zip(boxes, results):
             if ok:
@@ -360,40 +563,99 @@ class LoginKeeper:
             return False
         return isinstance(data, dict) and data.get(MARKER_KEY) == {"subscription": self.marker}
 
-    async def _adopt_from_boxes(self, provider: str, login: Login, text: str, ref: Any,
-                                now: datetime) -> tuple[Login, str] | None:
-        """The newest login of the same account found in a box's live file, stored and propagated."""
-        best: tuple[Login, str] | None = None
+    async def _adopt_from_boxes(self, provider: str, login: Login, text: str, ref: Any, now: datetime,
+                                status: dict[str, Any]) -> tuple[Login, str] | str | None:
+        """Adopt the newest login found in a box's live file, if the provider confirms it is this account's.
+
+        A candidate is a login with a refresh token and a later expiry than the Secret's. Nothing in the
+        file decides (markers and account ids can be copied): the candidate's access token is shown to
+        the provider (`_verify`) and must belong to the identity in ``status.account``. Only its tokens
+        are grafted onto the Secret's login file (nothing else from the box reaches the Secret). Every
+        adoption is a Normal Event naming the box; a refused candidate is a Warning naming the box, once
+        per login, and that box gets no pushes while it holds it.
+
+        Returns:
+            (login, text) adopted and propagated; `_UNDECIDED` when a candidate could not be checked
+            (provider unreachable); None when there is nothing to adopt.
+        """
         boxes = await self._boxes(provider)
+        names = {b.name for b in boxes}
+        for gone in [b for b in self.refused_boxes if b not in names]:
+            self.refused_boxes.pop(gone)
 
         async def read(box: _Box) -> str | None:
             try:
                 res = await self._exec(box, ["sh", "-c", _READ, "sh", PATH_OF[provider]])
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - not running, not owned (NotOwned), transport: no candidate
                 return None
             return res.stdout if res is not None and res.rc == 0 else None
 
+        candidates: list[tuple[_Box, Login, str]] = []
         for box, live in zip(boxes, await asyncio.gather(*(read(b) for b in boxes))):
-            if not live:
-                continue
             try:
-                held = parse_login(provider, live)
+                held = parse_login(provider, live) if live else None
             except InvalidLogin:
+                held = None
+            if held is None or held.access_token == login.access_token:
+                if held is not None:
+                    self.refused_boxes.pop(box.name, None)  # holds the subscription's login again
                 continue
-            if not held.refresh_token or not self._same_account(provider, live, login):
+            if self.refused_boxes.get(box.name) not in (None, held.fingerprint):
+                self.refused_boxes.pop(box.name)  # no longer holds the refused login
+            if held.refresh_token and self._newer(held, login):
+                candidates.append((box, held, live or ""))
+        candidates.sort(key=lambda c: c[1].expires_at or now, reverse=True)
+        undecided = False
+        for box, held, live in candidates:
+            why = await self._verify(provider, held, status.get("account"), now)
+            if why is None:
+                undecided = True
                 continue
-            if self._newer(held, best[0] if best else login):
-                best = (held, live)
-        if best is None:
-            return None
-        held, live = best
-        new_text = self._mark(provider, live)
-        self.adopted += 1
-        self.post_event("Normal", "LoginAdopted", "A box held a newer login of this account (an agent refreshed it); "
-                        "stored it and passed it to the other boxes")
-        await self._store(ref, new_text)
-        await self.propagate(provider, new_text)
-        return held, new_text
+            if why:
+                metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "refused").inc()
+                if self.refused_boxes.get(box.name) != held.fingerprint:
+                    self.refused_boxes[box.name] = held.fingerprint
+                    self.post_event("Warning", "LoginCandidateRefused",
+                                    f"Box {box.name} holds a newer login that was not adopted: {why}. The Secret "
+                                    f"{ref.name!r} and the other boxes are untouched; box {box.name} gets no login "
+                                    "pushes while it holds it")
+                    log.warning("Subscription %s: login in box %s refused: %s", self.marker, box.name, why)
+                continue
+            new_text = self._mark(provider, self._graft(provider, text, live))
+            adopted = parse_login(provider, new_text)
+            self.adopted += 1
+            self.identity_fp = adopted.fingerprint
+            metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "adopted").inc()
+            self.post_event("Normal", "LoginAdopted",
+                            f"Box {box.name} held a newer login of this account (an agent refreshed it; the "
+                            f"provider confirmed the account); stored it in Secret {ref.name!r} and passed it to "
+                            "the other boxes")
+            await self._store(ref, new_text)
+            await self.propagate(provider, new_text)
+            return adopted, new_text
+        return _UNDECIDED if undecided else None
+
+    @staticmethod
+    def _graft(provider: str, text: str, live: str) -> str:
+        """The Secret's login file ``text`` with the tokens and expiry of the box's file ``live``."""
+        base, other = json.loads(text), json.loads(live)
+        if provider == "anthropic":
+            mine = dict(base.get("claudeAiOauth") or {})
+            theirs = other.get("claudeAiOauth") or {}
+            for key in ("accessToken", "refreshToken", "expiresAt"):
+                if key in theirs:
+                    mine[key] = theirs[key]
+            base["claudeAiOauth"] = mine
+        else:
+            mine = dict(base.get("tokens") or {})
+            theirs = other.get("tokens") or {}
+            for key in ("access_token", "refresh_token", "id_token"):
+                if isinstance(theirs.get(key), str):
+                    mine[key] = theirs[key]
+            base["tokens"] = mine
+            if isinstance(other.get("last_refresh"), str):
+                base["last_refresh"] = other["last_refresh"][:64]
+        return json.dumps(base)
 
     async def _patch(self, status: dict[str, Any]) -> None:
         await self.rt.kube.patch_status(C.SUBSCRIPTION_PLURAL, self.namespace, self.name, status)

@@ -78,12 +78,13 @@ class SubscriptionReader:
     """Reads one subscription's usage on a cadence and writes windows and state to its status."""
 
     def __init__(self, rt: Runtime, namespace: str, name: str, post_event: Callable[[str, str, str], None]) -> None:
-        self.rt, self.namespace, self.name, self.post_event = rt, namespace, name, post_event
+        self.rt, self.namespace, self.name = rt, namespace, name
+        self.post_event = post_event  # controller.events: also the `disconnected` webhook notification
         self.last_state: str | None = None
         self.previous: Usage | None = None
         from controller.service.logins import LoginKeeper
 
-        self.logins = LoginKeeper(rt, namespace, name, post_event)
+        self.logins = LoginKeeper(rt, namespace, name, self.post_event)
         self.login_delay = float("inf")
 
     async def tick(self, body: dict[str, Any]) -> float:
@@ -168,6 +169,7 @@ class SubscriptionReader:
             "windows": windows, "readAt": rfc3339(usage.read_at), "state": verdict.state,
             "reservedUntil": rfc3339(verdict.until) if verdict.state == "Reserved" else None,
             "message": verdict.message, "conditions": conds,
+            "loginExpiresAt": rfc3339(login.expires_at) if login.expires_at else None,
         })
         if verdict.state != self.last_state:
             self.last_state = verdict.state

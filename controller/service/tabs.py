@@ -23,16 +23,20 @@ from controller import metrics
 from controller.conditions import rfc3339, set_condition
 from controller.domain.resume import (
     Action, Journal, JournalAction, Phase, Recovery, ResumeConfig, Step, TabPlan, TabRecord, after_usage, limit_key,
-    plan_tab, recovery_step, stall_plan, start_journal, usage_verdict,
+    next_pass_in, plan_tab, recovery_step, stall_plan, start_journal, usage_verdict,
 )
 from controller.domain.signals import last_lines, merge
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
-from controller.domain.types import Detection, LimitKind, TabState
-from controller.kube.objects import box_container, make_box_secret, pod_name
+from controller.domain.types import Detection, LimitKind, TabState, plausible_reset
+from controller.kube.exec import owned_exec
+from controller.kube.objects import NotOwned, box_container, make_box_secret, owned_by, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
+from controller.redact import STATUS_MESSAGE_MAX, bounded
 from controller.service import boxfiles
 from controller.runtime import Runtime
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
+from controller.terminal.tmux import has_session_argv as tmux_has_session_argv
+from controller.domain.podstate import ContainerView, box_container_view
 
 log = logging.getLogger("agentbox.tabs")
 
@@ -96,7 +100,8 @@ def record_to_status(rec: TabRecord, tab_id: str | None) -> dict[str, Any]:
     out = {
         "name": rec.name, "id": tab_id, "state": rec.phase.value,
         "resetsAt": rfc3339(rec.resets_at), "resumeAt": rfc3339(rec.resume_at),
-        "detectedBy": rec.detected_by, "message": rec.message, "lastInputAt": rfc3339(rec.last_input_at),
+        "detectedBy": rec.detected_by, "message": bounded(rec.message, STATUS_MESSAGE_MAX) if rec.message else None,
+        "lastInputAt": rfc3339(rec.last_input_at),
         "limitKey": rec.limit_key, "sentFor": rec.sent_for, "sentAt": rfc3339(rec.sent_at),
         "attempts": rec.attempts, "stoppedByReserve": rec.stopped_by_reserve or None,
         "journal": journal_to_status(rec.journal),
@@ -143,7 +148,7 @@ class BoxWatcher:
         self.rt = rt
         self.namespace = namespace
         self.name = name
-        self.post_event = self._notifying(post_event)
+        self.post_event = post_event  # controller.events: deduplicated; also the webhook and the metric
         self.records: dict[str, TabRecord] | None = None
         self.tab_ids: dict[str, str] = {}
         self._last_status: dict[str, Any] | None = None
@@ -152,7 +157,10 @@ class BoxWatcher:
             margin_s=s.resume_margin_s, human_idle_s=s.human_idle_s, auto_continue_grace_s=s.auto_continue_grace_s,
             settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
         )
-        self._pattern_error: str | None = None
+        self._pattern_errors: set[str] = set()   # invalid user patterns already reported
+        self._ignored: dict[str, tuple[str, tuple[str, ...]]] = {}  # source -> (reason, messages): InputIgnored
+        self._resume_at_done: str | None = None  # the resume-at annotation value already acted upon
+        self._output_problem: str | None = None  # the box printed more than exec_max_output_bytes
         self.current: str | None = None          # subscription the box runs on (status.subscription)
         self.next_sub: str | None = None
         self.group_exhausted = False
@@ -160,26 +168,12 @@ class BoxWatcher:
         self.switched_keys: set[str] = set()     # limit events already answered by a switch
         self._noted: set[str] = set()
         self._uid: str | None = None
+        self._squatter: str | None = None        # message of the PodNotOwned Event already posted
         self.sub_problem: str | None = None
         self.seen: dict[str, tuple[int, datetime]] = {}   # tab -> (screen hash, unchanged since)
         self._body: dict[str, Any] = {}
         self._spec: AgentBoxSpec | None = None
         self._status_lock = asyncio.Lock()   # status snapshots reach the API server in the order taken
-
-    _NOTIFY = {"Resumed": "resume", "Switched": "switch", "ReserveReached": "reserve",
-               "PromptNotEmpty": "needs_attention", "ResumeNotTakingEffect": "needs_attention",
-               "Stalled": "needs_attention", "OutOfCredits": "needs_attention", "NeedsAttention": "needs_attention",
-               "RotationGroupExhausted": "needs_attention", "SubscriptionNotFound": "needs_attention"}
-
-    def _notifying(self, post_event: EventFn) -> EventFn:
-        """Events always; the optional webhook too for resume, switch, reserve and needs-attention."""
-        def post(type_: str, reason: str, message: str) -> None:
-            post_event(type_, reason, message)
-            kind = self._NOTIFY.get(reason)
-            notifier = self.rt.notifier
-            if kind and notifier is not None and getattr(notifier, "enabled", False):
-                notifier.schedule(kind, self.namespace, self.name, message)
-        return post
 
     # ------------------------------------------------------------------ one pass
     async def tick(self, body: dict[str, Any]) -> float:
@@ -192,9 +186,18 @@ class BoxWatcher:
             return s.scan_interval_s  # the reconcile handler reports the invalid spec
         self._body, self._spec = body, spec
         pod = await self.rt.kube.get_pod(self.namespace, pod_name(self.name))
-        phase = ((pod or {}).get("status") or {}).get("phase")
+        if pod is not None and not owned_by(pod, self._uid):
+            # A pod under the box's name that the box does not control: never exec into it.
+            await self._not_owned(body, NotOwned("Pod", pod_name(self.name), self.name))
+            return s.scan_interval_s
+        self._squatter = None
+        container = box_container((pod or {}).get("spec") or {}, spec.container) if pod else None
+        view = box_container_view(pod, pod_name(self.name), container)
         if spec.agent not in C.SUPPORTED_SUBSCRIPTION_AGENTS or not spec.subscription:
-            await self._write_ready(body, phase, watched=False)  # limit features are off for this agent
+            # Limit features are off for this agent: Ready still needs the running container and its session.
+            session = await self._session_exists(pod, container) if view.running and pod and container else None
+            if pod:  # no pod yet: the reconcile owns Ready
+                await self._write_ready(body, view, session, watched=False)
             return s.scan_interval_s
         if self.records is None:
             status = body.get("status") or {}
@@ -206,13 +209,11 @@ class BoxWatcher:
                             if t.get("name")}
             self.tab_ids = {t["name"]: t.get("id", "") for t in (body.get("status") or {}).get("tabs") or []
                             if t.get("name")}
-        if not pod or phase != "Running":
-            await self._write_ready(body, phase)
+        if not pod or not view.running or container is None:
+            if pod:  # no pod yet: the reconcile owns Ready (its failure reasons, PodPending)
+                await self._write_ready(body, view, None)
             return s.scan_interval_s
-        container = box_container(pod.get("spec") or {}, spec.container)
-        if container is None:
-            return s.scan_interval_s
-        term = BoxTerminal(self._exec_fn(pod_name(self.name), container), s.send_pause_s)
+        term = BoxTerminal(self._exec_fn(pod, container), s.send_pause_s)
         tz = spec.time_zone or _container_tz(pod, container) or "UTC"
         patterns = self._user_patterns(spec)
 
@@ -220,19 +221,32 @@ class BoxWatcher:
             tabs, inputs = await term.tabs()
             screens = await term.capture_all(tabs)
         except TmuxCommandFailed:
-            await self._write_status(body, spec, [], "tmux session 'agentbox' not found in the box container")
+            await self._write_status(body, spec, [], "tmux session 'agentbox' not found in the box container",
+                                     session=False)
             return s.scan_interval_s
         except Exception as exc:  # noqa: BLE001 - exec transport errors: retry at the next scan
+            if getattr(exc, "reason", None) == "output_too_large":
+                # What the box prints is bounded (controller/kube/exec.py): too many tabs, a huge window,
+                # or a tmux that floods. Reported once; watched again when it prints less.
+                problem = (f"the box printed more than {s.exec_max_output_bytes} bytes when its tabs were "
+                           "captured (too many tabs or a very large window); its tabs are not watched until "
+                           "it prints less")
+                if self._output_problem != problem:
+                    self._output_problem = problem
+                    self.post_event("Warning", C.R_BOX_OUTPUT_TOO_LARGE, problem)
+                await self._write_status(body, spec, [], problem, problem_reason=C.R_BOX_OUTPUT_TOO_LARGE)
+                return s.scan_interval_s
             log.warning("Box %s/%s: exec failed (%s)", self.namespace, self.name, type(exc).__name__)
             return s.scan_interval_s
+        self._output_problem = None
 
-        annotations = (body.get("metadata") or {}).get("annotations") or {}
         now = self.rt.clock()
+        annotations = self._annotation_problems((body.get("metadata") or {}).get("annotations") or {}, now)
         dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
         dets = await self._structured(term, spec, dets, now)
         await self._subscriptions(term, tabs, dets, inputs, spec, body, now)
         resume_on = spec.when_agent_stops.resume_after_reset and not self.reserved
-        wake: list[datetime] = []
+        wake: list[datetime | None] = []
         live_names = set()
         plans: dict[str, TabPlan] = {}
         # Unfinished journals first (a controller stopped mid-action, or a pass that failed mid-way):
@@ -267,20 +281,13 @@ class BoxWatcher:
             plans.update(await self._resume_due(term, due, spec, body, tz, patterns, plans))
         for plan in plans.values():
             self.records[plan.record.name] = plan.record
-            if plan.wake_at:
-                wake.append(plan.wake_at)
-            elif plan.record.resume_at:
-                wake.append(plan.record.resume_at)
+            wake.append(plan.wake_at)
         for gone in set(self.records) - live_names:
             del self.records[gone]
         await self._consume_annotations(annotations)
         await self._write_status(body, spec, tabs, self.sub_problem)
 
-        now = self.rt.clock()
-        delay = s.scan_interval_s
-        for at in wake:
-            delay = min(delay, max(0.0, (at - now).total_seconds()))
-        return delay
+        return next_pass_in(wake, self.rt.clock(), s.scan_interval_s)
 
     # ------------------------------------------------------------------ structured signals (level 1)
     async def _structured(self, term: BoxTerminal, spec: AgentBoxSpec, dets: dict[str, Detection],
@@ -291,11 +298,13 @@ class BoxWatcher:
             return dets
         from controller.service.boxfiles import read_structured
 
+        problems: list[str] = []
         try:
-            usage, source = await read_structured(term.exec_fn, spec.agent, now)
+            usage, source = await read_structured(term.exec_fn, spec.agent, now, problems)
         except Exception as exc:  # noqa: BLE001 - no structured data is a normal case
             log.debug("Box %s/%s: no structured usage (%s)", self.namespace, self.name, type(exc).__name__)
             return dets
+        self._ignore("files", C.R_INVALID_BOX_FILE, problems)
         if usage is None:
             return dets
         return {name: merge(det, usage, source, now) for name, det in dets.items()}
@@ -485,13 +494,29 @@ class BoxWatcher:
                                 f"Tab {tab.name}: {how} after the reserve lifted")
 
     # ------------------------------------------------------------------ helpers
-    def _exec_fn(self, pod: str, container: str):
-        rt = self.rt
+    async def _not_owned(self, body: dict[str, Any], exc: NotOwned) -> None:
+        """A squatting pod: Ready=False with reason PodNotOwned (kept until the pod is the box's
+        again) and one Warning Event per appearance; no exec, no login push."""
+        status = body.get("status") or {}
+        conds = list(status.get("conditions") or [])
+        gen = (body.get("metadata") or {}).get("generation")
+        new = set_condition(conds, C.COND_READY, False, exc.reason, str(exc), self.rt.clock(), gen)
+        if self._squatter != str(exc):
+            self._squatter = str(exc)
+            current = next((c for c in conds if c.get("type") == C.COND_READY), {})
+            if current.get("reason") != exc.reason:
+                self.post_event("Warning", exc.reason, str(exc))
+        if new != conds or status.get("state") != "Error":
+            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
+                                            {"conditions": new, "state": "Error"})
+
+    def _exec_fn(self, pod: dict[str, Any], container: str):
+        """Exec into the box's own pod (ownership proven by `owned_exec`), counted in metrics."""
+        bound = owned_exec(self.rt.exec, pod, self._uid, self.name, container)
 
         async def run(argv: list[str], stdin: str | None = None):
             try:
-                result = await (rt.exec(self.namespace, pod, container, argv, stdin=stdin) if stdin is not None
-                                else rt.exec(self.namespace, pod, container, argv))
+                result = await (bound(argv, stdin=stdin) if stdin is not None else bound(argv))
             except Exception:
                 metrics.EXEC_CALLS.labels("error").inc()
                 raise
@@ -499,19 +524,47 @@ class BoxWatcher:
             return result
         return run
 
+    def _ignore(self, source: str, reason: str, messages: list[str]) -> None:
+        """Record the invalid inputs of one source (patterns, annotations, box files) for the
+        InputIgnored condition; a Warning for each message the first time it appears."""
+        before = self._ignored.get(source, (reason, ()))[1]
+        for msg in messages:
+            if msg not in before:
+                self.post_event("Warning", reason, msg)
+        if messages:
+            self._ignored[source] = (reason, tuple(dict.fromkeys(messages)))
+        else:
+            self._ignored.pop(source, None)
+
+    def _annotation_problems(self, annotations: dict[str, str], now: datetime) -> dict[str, str]:
+        """The box's annotations, without a resume-at that is not an instant within 31 days (reported
+        as InvalidAnnotation naming it) or that was already acted upon (one request, one resume)."""
+        raw = annotations.get(C.ANNOTATION_RESUME_AT)
+        problems: list[str] = []
+        if raw is not None:
+            at = _parse_time(raw)
+            if at is None or plausible_reset(at, now) is None:
+                problems.append(f"metadata.annotations[{C.ANNOTATION_RESUME_AT}]: {raw[:64]!r} is not an RFC 3339 "
+                                "instant within 31 days of now; ignored")
+            if problems or raw == self._resume_at_done:
+                annotations = {k: v for k, v in annotations.items() if k != C.ANNOTATION_RESUME_AT}
+        self._ignore("annotations", C.R_INVALID_ANNOTATION, problems)
+        return annotations
+
     def _user_patterns(self, spec: AgentBoxSpec) -> list[Any]:
         from controller.domain.detection import InvalidPattern, compile_user_pattern
 
         out = []
+        errors: set[str] = set()
         for i, pat in enumerate(spec.detection.patterns):
             try:
                 out.append(compile_user_pattern(pat.regex, kind=pat.kind,
                                                 field_path=f"spec.detection.patterns[{i}].regex"))
             except InvalidPattern as exc:
                 msg = str(exc)
-                if msg != self._pattern_error:
-                    self._pattern_error = msg
-                    self.post_event("Warning", "InvalidPattern", msg)
+                errors.add(msg)
+        self._pattern_errors = errors
+        self._ignore("patterns", C.R_INVALID_PATTERN, [e + " (the pattern is ignored)" for e in sorted(errors)])
         return out
 
     def _detect(self, agent: str, screen: str, now: datetime, tz: str, patterns: list[Any]) -> Detection:
@@ -539,6 +592,8 @@ class BoxWatcher:
                       message=f"Resume requested by annotation for {at:%H:%M:%S} UTC")
         if at > now:
             return TabPlan(rec, wake_at=at)
+        if C.ANNOTATION_RESUME_AT in annotations and C.ANNOTATION_RESUME_NOW not in annotations:
+            self._resume_at_done = annotations[C.ANNOTATION_RESUME_AT]  # acted upon: once, not every pass
         if stalled:
             self.seen.pop(rec.name, None)
         return TabPlan(replace(rec, resets_at=None), action=Action.CHECK_USAGE, event="ResumeRequested")
@@ -811,36 +866,60 @@ class BoxWatcher:
         self.post_event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
         return TabPlan(replace(rec, journal=None, phase=Phase.NEEDS_ATTENTION, message=f"{how}; a human should look"))
 
-    def _ready_conditions(self, body: dict[str, Any], conds: list[dict[str, Any]], phase: str | None,
-                          watched: bool = True) -> list[dict[str, Any]]:
-        """Ready follows the pod once the reconcile succeeded (it owns the failure reasons)."""
+    _READY_REASONS = (C.R_RECONCILED, C.R_POD_PENDING, C.R_CONTAINER_WAITING, C.R_CONTAINER_TERMINATED,
+                      C.R_CHECKING_SESSION, C.R_SESSION_MISSING)
+    """Ready reasons that follow the pod and the session; any other is the reconcile's failure, kept."""
+
+    def _ready_conditions(self, body: dict[str, Any], conds: list[dict[str, Any]], view: ContainerView,
+                          session: bool | None, watched: bool = True) -> list[dict[str, Any]]:
+        """Ready: True only when the box container runs and the tmux session exists.
+
+        ``session``: the session was seen (True), is missing (False), or was not checked (None: the
+        condition is left as it is when the container runs).
+        """
         current = next((c for c in conds if c.get("type") == C.COND_READY), None)
-        if current and current.get("reason") not in (C.R_RECONCILED, C.R_POD_PENDING):
+        if current and current.get("reason") not in self._READY_REASONS:
             return conds
         gen = (body.get("metadata") or {}).get("generation")
-        if phase == "Running":
-            return set_condition(conds, C.COND_READY, True, C.R_RECONCILED,
-                                 "Pod running; tabs are watched" if watched
-                                 else "Pod running (limit features are off for this agent)", self.rt.clock(), gen)
-        if phase is None:
+        now = self.rt.clock()
+        if not view.running:
+            return set_condition(conds, C.COND_READY, False, view.reason, view.message, now, gen)
+        if session is False:
+            return set_condition(conds, C.COND_READY, False, C.R_SESSION_MISSING,
+                                 f"Container running but it has no tmux session '{C.TMUX_SESSION}' (the image's "
+                                 "entrypoint starts it; see docs/troubleshooting.md)", now, gen)
+        if session is None:
             return conds
-        return set_condition(conds, C.COND_READY, False, C.R_POD_PENDING,
-                             f"Pod {pod_name(self.name)} is {phase}", self.rt.clock(), gen)
+        return set_condition(conds, C.COND_READY, True, C.R_RECONCILED,
+                             "Pod running; tabs are watched" if watched
+                             else "Pod running (limit features are off for this agent)", now, gen)
 
-    async def _write_ready(self, body: dict[str, Any], phase: str | None, watched: bool = True) -> None:
-        """Patch only Ready and the box state (boxes whose tabs are not watched, or pods not running)."""
+    async def _session_exists(self, pod: dict[str, Any], container: str) -> bool | None:
+        """`tmux has-session` in the box container: True/False, None when exec itself failed."""
+        try:
+            result = await self._exec_fn(pod, container)(tmux_has_session_argv())
+        except Exception as exc:  # noqa: BLE001 - exec transport errors: unknown, retried next scan
+            log.warning("Box %s/%s: exec failed (%s)", self.namespace, self.name, type(exc).__name__)
+            return None
+        return result.rc == 0
+
+    async def _write_ready(self, body: dict[str, Any], view: ContainerView, session: bool | None,
+                           watched: bool = True) -> None:
+        """Patch only Ready and the box state (boxes whose tabs are not watched, or containers not running)."""
         status = body.get("status") or {}
         conds = list(status.get("conditions") or [])
-        new = self._ready_conditions(body, conds, phase, watched)
+        new = self._ready_conditions(body, conds, view, session, watched)
         state = status.get("state")
-        if state != "Error" and phase:
-            state = "Running" if phase == "Running" else "Pending"
+        ready = next((c for c in new if c.get("type") == C.COND_READY), {})
+        if state != "Error" and (ready.get("reason") in self._READY_REASONS):
+            state = ("Running" if ready.get("status") == "True"
+                     else "NeedsAttention" if ready.get("reason") == C.R_SESSION_MISSING else "Pending")
         if new != conds or state != status.get("state"):
             await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
                                             {"conditions": new, "state": state})
 
     async def _write_status(self, body: dict[str, Any], spec: AgentBoxSpec, tabs: list[Any] | None,
-                            problem: str | None) -> None:
+                            problem: str | None, session: bool = True, problem_reason: str | None = None) -> None:
         """Patch status.tabs, state, resumeAt and the RateLimited/NeedsAttention conditions when changed."""
         records = list((self.records or {}).values())
         tab_status = [record_to_status(r, self.tab_ids.get(r.name)) for r in records]
@@ -849,7 +928,8 @@ class BoxWatcher:
         resume_ats = [r.resume_at for r in records if r.resume_at]
         now = self.rt.clock()
         gen = (body.get("metadata") or {}).get("generation")
-        conds = self._ready_conditions(body, list((body.get("status") or {}).get("conditions") or []), "Running")
+        running = ContainerView(True, "ContainerRunning", "")
+        conds = self._ready_conditions(body, list((body.get("status") or {}).get("conditions") or []), running, session)
         if limited:
             conds = set_condition(conds, C.COND_RATE_LIMITED, True, C.R_WAITING_FOR_RESET,
                                   f"{len(limited)} tab(s) wait for a usage reset", now, gen)
@@ -857,11 +937,18 @@ class BoxWatcher:
             conds = set_condition(conds, C.COND_RATE_LIMITED, False, C.R_NONE_LIMITED, "No tab is rate limited", now, gen)
         if attention or problem:
             msg = problem or "; ".join(f"tab {r.name}: {r.message}" for r in attention)
-            reason = C.R_RESUME_FAILED if attention else (C.R_SUBSCRIPTION_NOT_FOUND if problem == self.sub_problem
-                                                          else "TmuxMissing")
+            reason = C.R_RESUME_FAILED if attention else (problem_reason or (
+                C.R_SUBSCRIPTION_NOT_FOUND if problem == self.sub_problem else "TmuxMissing"))
             conds = set_condition(conds, C.COND_NEEDS_ATTENTION, True, reason, msg, now, gen)
         else:
             conds = set_condition(conds, C.COND_NEEDS_ATTENTION, False, C.R_ALL_CLEAR, "No tab needs a human", now, gen)
+        if self._ignored:
+            first = next(iter(self._ignored.values()))[0]
+            conds = set_condition(conds, C.COND_INPUT_IGNORED, True, first,
+                                  "; ".join(m for _, msgs in self._ignored.values() for m in msgs), now, gen)
+        elif any(c.get("type") == C.COND_INPUT_IGNORED for c in conds):
+            conds = set_condition(conds, C.COND_INPUT_IGNORED, False, C.R_ALL_CLEAR,
+                                  "Every pattern, annotation and box file read is valid", now, gen)
         if self.reserved:
             conds = set_condition(conds, C.COND_RESERVED, True, "ReserveReached", self.reserved, now, gen)
         else:

@@ -62,6 +62,10 @@ def codex_clock(at: datetime, zone: str, now: datetime) -> str:
     return f"{local:%b} {day}{suffix}, {local.year} {clock}"
 
 
+_MENU_KEYS = {"Upgrade your plan": "upgrade", "Stop and wait for limit to reset": "stop",
+              "Switch to usage credits": "credits", "Wait here, then continue automatically": "wait"}
+
+
 class Screen:
     """A tiny full-redraw screen: transcript lines above, a footer below."""
 
@@ -89,13 +93,20 @@ class FakeAgent:
         self.reset = ns.reset_epoch
         self.ctrl_c = 0
         self.zone = ns.zone
+        self.refused = 0
 
     # ----- rendering
+    def menu_options(self) -> list[str]:
+        """The rate-limit menu's options in display order (`--menu-upgrade-first`, `--menu-no-stop`)."""
+        if self.ns.menu_no_stop:
+            return ["Upgrade your plan", "Switch to usage credits"]
+        if self.ns.menu_upgrade_first:
+            return ["Upgrade your plan", "Stop and wait for limit to reset", "Switch to usage credits"]
+        return ["Stop and wait for limit to reset", "Wait here, then continue automatically", "Upgrade your plan"]
+
     def footer(self) -> list[str]:
         if self.mode == "menu":
-            opts = ["Upgrade your plan", "Stop and wait for limit to reset", "Switch to usage credits"] \
-                if self.ns.menu_upgrade_first else \
-                ["Stop and wait for limit to reset", "Wait here, then continue automatically", "Upgrade your plan"]
+            opts = self.menu_options()
             lines = [" What do you want to do?", ""]
             for i, opt in enumerate(opts, 1):
                 lines.append(f" {'❯' if i == 1 else ' '} {i}. {opt}")
@@ -174,9 +185,11 @@ class FakeAgent:
             self.redraw()
         elif self.ns.limited_token and token != self.ns.limited_token:
             self.start_work("submitted on another account")
-        elif time.time() >= self.reset:
+        elif time.time() >= self.reset and self.refused >= self.ns.refuse_after_reset:
             self.start_work("submitted after reset")
         else:
+            if time.time() >= self.reset:
+                self.refused += 1  # the provider still refuses after the printed reset (#20719)
             self.hit_limit()
 
     def key(self, ch: str) -> None:
@@ -188,7 +201,7 @@ class FakeAgent:
             return
         self.ctrl_c = 0
         if self.mode == "menu":
-            options = (["upgrade", "stop", "credits"] if self.ns.menu_upgrade_first else ["stop", "wait", "upgrade"])
+            options = [_MENU_KEYS[o] for o in self.menu_options()]
             if ch.isdigit() and 1 <= int(ch) <= len(options):
                 choice = options[int(ch) - 1]
                 _log("menu", choice=choice)
@@ -315,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--auto-continue-fails", action="store_true", help="the native wait never fires")
     p.add_argument("--menu", action="store_true", help="Claude Code: open the rate-limit options menu")
     p.add_argument("--menu-upgrade-first", action="store_true", help="menu lists 'Upgrade your plan' first")
+    p.add_argument("--menu-no-stop", action="store_true", help="menu without a 'Stop and wait' option")
+    p.add_argument("--refuse-after-reset", type=int, default=0,
+                   help="the limit comes back (same line) on this many submits after the reset")
     p.add_argument("--prompt", action="store_true", help="open a permission prompt instead of hitting the limit")
     p.add_argument("--work-seconds", type=float, default=60.0, help="how long it works after continuing")
     p.add_argument("--start-working", action="store_true", help="start busy on a task (no limit line)")

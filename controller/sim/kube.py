@@ -11,8 +11,10 @@ what kopf 1.45 needs (see ``notes/test-harness.md``):
 * PUT; ``/status`` isolation (the main endpoint ignores status, ``/status`` ignores everything else);
 * ``generateName``; ``labelSelector`` (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``);
   simple ``fieldSelector`` (dotted path ``=``/``!=``);
-* finalizers (``deletionTimestamp``, removal once finalizers are empty) and ownerReference cascade
-  (background policy, ``Orphan`` honoured); deleting a Namespace deletes its objects;
+* finalizers (``deletionTimestamp``, removal once finalizers are empty, no new finalizer on an object
+  being deleted) and ownerReference cascade (background policy, ``Orphan`` honoured); deleting a Namespace
+  marks it ``Terminating``, deletes its objects (those with finalizers stay until released), refuses new
+  content (403) and removes the Namespace once it is empty;
 * CR validation against the CRD ``openAPIV3Schema`` with jsonschema -> 422;
 * watches that honour ``resourceVersion`` (events after it; 410 Gone when too old) and ``timeoutSeconds``;
 * namespace paths parsed correctly (kmock 0.8 answers 500 on ``/api/v1/namespaces``);
@@ -23,8 +25,9 @@ what kopf 1.45 needs (see ``notes/test-harness.md``):
   server).
 
 Known gaps versus a real kube-apiserver: no defaulting/pruning/CEL, strategic merge behaves as JSON merge
-patch, no authentication/RBAC/admission, no controllers or kubelet (tests play the kubelet with
-:meth:`KubeEmulator.set_pod_phase`), no watch bookmarks, exec without TTY.
+patch, no authentication/RBAC/admission, no controllers other than garbage collection and namespace
+deletion, no kubelet unless :class:`controller.sim.kubelet.Kubelet` is attached (otherwise tests play it
+with :meth:`KubeEmulator.set_pod_phase`), no watch bookmarks, exec without TTY.
 
 All state lives on the event loop that called :meth:`KubeEmulator.start`; every mutation is synchronous
 code between awaits, so writes are atomic without locks.  Use the official (blocking) client from another
@@ -91,7 +94,10 @@ class ExecHandler(Protocol):
     Called as ``await handler(namespace, pod, container, argv, stdin)`` where ``stdin`` is the whole stdin
     (``None`` if the client did not ask for stdin); returns ``(stdout: bytes, stderr: bytes, rc: int)``.
     An optional ``release(namespace, pod) -> None`` method (sync) is called when a Pod is removed from
-    storage, to kill what "ran in the pod" (e.g. its tmux server).
+    storage, to kill what "ran in the pod" (e.g. its tmux server).  An optional
+    ``refuse(namespace, pod, container) -> str | None`` method (sync) is asked before the upgrade: a
+    message makes the exec answer 400 ``unable to upgrade connection: <message>`` (a container that is not
+    running, as a kubelet answers).
     """
 
     def __call__(
@@ -308,6 +314,17 @@ class ExecRecord:
     protocol: str
 
 
+@dataclasses.dataclass
+class Fault:
+    """A scripted API-server failure (`KubeEmulator.fail_next`)."""
+
+    method: str
+    path: str
+    status: int
+    remaining: int
+    body_contains: str | None = None
+
+
 @dataclasses.dataclass(frozen=True)
 class _Path:
     group: str
@@ -487,6 +504,43 @@ def _openapi_to_jsonschema(node: Any) -> Any:
     return out
 
 
+# `format: date-time` as the API server checks it (kube-openapi strfmt): an RFC 3339 instant. jsonschema's
+# own date-time check is silently off without the optional rfc3339-validator, so it is spelled out here.
+_FORMATS = jsonschema.FormatChecker(formats=())
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+@_FORMATS.checks("date-time", raises=ValueError)
+def _is_date_time(value: Any) -> bool:
+    if not isinstance(value, str):
+        return True  # the type keyword reports it
+    if not _RFC3339.fullmatch(value):
+        return False
+    datetime.datetime.fromisoformat(value.replace("z", "Z").replace("Z", "+00:00"))  # ValueError: month 13, ...
+    return True
+
+
+def _list_map_duplicates(schema: Any, obj: Any, path: list[Any]) -> Iterable[tuple[list[Any], str]]:
+    """(path, key) of every item of an `x-kubernetes-list-type: map` list whose `x-kubernetes-list-map-keys`
+    values repeat an earlier item's: the API server refuses those ("Duplicate value")."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(obj, dict):
+        for name, sub in (schema.get("properties") or {}).items():
+            if name in obj:
+                yield from _list_map_duplicates(sub, obj[name], [*path, name])
+    elif isinstance(obj, list):
+        keys = schema.get("x-kubernetes-list-map-keys") if schema.get("x-kubernetes-list-type") == "map" else None
+        seen: set[str] = set()
+        for i, item in enumerate(obj):
+            if keys and isinstance(item, dict):
+                key = json.dumps({k: item.get(k) for k in keys}, sort_keys=True)
+                if key in seen:
+                    yield [*path, i], key
+                seen.add(key)
+            yield from _list_map_duplicates(schema.get("items"), item, [*path, i])
+
+
 def _json_path(path: Iterable[Any]) -> str:
     text = ""
     for part in path:
@@ -566,11 +620,13 @@ class KubeEmulator:
         self.exec_faults: list[ExecFault] = []
         self.journal: list[JournalEntry] = []
         self.exec_journal: list[ExecRecord] = []
+        self.faults: list[Fault] = []
         self.server_errors: list[BaseException] = []
         self.discovery = kmock.KubernetesScaffold()
         self.discovery.resources.load_data(_bundled_resources())
         self._store: dict[_Key, JsonObj] = {}
         self._schemas: dict[kmock.resource, jsonschema.protocols.Validator] = {}
+        self._openapi: dict[kmock.resource, JsonObj] = {}
         self._custom: set[kmock.resource] = set()
         self._rv = 0
         self._events: list[tuple[int, kmock.resource, str, JsonObj]] = []
@@ -580,6 +636,7 @@ class KubeEmulator:
         self._changed = asyncio.Event()
         self._stopping = False
         self._exec_tasks: set[asyncio.Future[tuple[bytes, bytes, int]]] = set()
+        self._listeners: list[Callable[[kmock.resource, str, JsonObj], None]] = []
         self._runner: aiohttp.web.ServerRunner | None = None
         self._port: int | None = None
         self._crd_res = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
@@ -671,7 +728,9 @@ class KubeEmulator:
             self._custom.add(res)
             schema = ((version.get("schema") or {}).get("openAPIV3Schema"))
             if schema:
-                self._schemas[res] = jsonschema.Draft4Validator(_openapi_to_jsonschema(schema))
+                self._schemas[res] = jsonschema.Draft4Validator(_openapi_to_jsonschema(schema),
+                                                                format_checker=_FORMATS)
+                self._openapi[res] = schema
         stored = copy.deepcopy(crd)
         stored.setdefault("status", {
             "acceptedNames": names,
@@ -734,17 +793,45 @@ class KubeEmulator:
             raise _not_found(res, name)
         return self._update(res, key, _merge_patch(current, patch), subresource=None, internal=True)
 
+    async def replace_status(self, resource: str | kmock.resource, namespace: str | None, name: str,
+                             status: JsonObj) -> JsonObj | None:
+        """Replace ``status`` wholesale as "the system" (a kubelet writing a Pod's status: a merge patch would
+        keep a stale ``state.running`` next to a new ``state.waiting``); ``None`` if the object is gone."""
+        res = self.resource(resource)
+        key = (res, namespace or "", name)
+        current = self._store.get(key)
+        if current is None:
+            return None
+        new = copy.deepcopy(current)
+        new["status"] = copy.deepcopy(status)
+        return self._update(res, key, new, subresource="status", internal=True)
+
+    def add_listener(self, listener: Callable[[kmock.resource, str, JsonObj], None]) -> None:
+        """Call ``listener(resource, "ADDED"|"MODIFIED"|"DELETED", object)`` synchronously on every stored
+        change (the object is the emulator's own copy: do not modify it). Used by the kubelet model."""
+        self._listeners.append(listener)
+
     async def delete_object(self, resource: str | kmock.resource, namespace: str | None, name: str) -> None:
         """Delete as a client would (finalizers respected, cascade to owned objects)."""
         res = self.resource(resource)
         self._delete(res, (res, namespace or "", name), {})
 
     async def set_pod_phase(self, namespace: str, name: str, phase: str = "Running") -> JsonObj:
-        """Play the kubelet: set ``status.phase`` and the ``Ready`` condition of a Pod."""
+        """Play the kubelet: set ``status.phase``, the ``Ready`` condition and ``containerStatuses`` of a
+        Pod (every container ``running`` when the phase is Running, else waiting ``ContainerCreating``)."""
         ready = "True" if phase == "Running" else "False"
+        pod = self._store.get((self._pod_res, namespace, name)) or {}
+        now = _now()
+        statuses = [{"name": c.get("name"), "image": c.get("image"), "imageID": f"emulated://{c.get('image')}",
+                     "ready": phase == "Running",
+                     "started": phase == "Running", "restartCount": 0,
+                     "state": {"running": {"startedAt": now}} if phase == "Running"
+                     else {"waiting": {"reason": "ContainerCreating"}}}
+                    for c in (pod.get("spec") or {}).get("containers") or []]
         return await self.patch_object(self._pod_res, namespace, name, {"status": {
             "phase": phase,
-            "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": _now()}],
+            "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": now}],
+            "containerStatuses": statuses,
         }})
 
     async def wait_for(
@@ -797,6 +884,9 @@ class KubeEmulator:
                              raw.headers.get("Content-Type", ""), None, raw.headers.get("User-Agent", ""))
         self.journal.append(entry)
         try:
+            fault = await self._take_fault(raw)
+            if fault is not None:
+                raise ApiError(fault.status, "InternalError", "injected fault (test)")
             response = await self._route(raw, entry)
         except ApiError as exc:
             response = exc.response()
@@ -807,6 +897,23 @@ class KubeEmulator:
         if entry.status is None:
             entry.status = response.status
         return response
+
+    def fail_next(self, method: str, path: str, *, status: int = 500, n: int = 1,
+                  body_contains: str | None = None) -> None:
+        """Answer the next ``n`` requests ``method path`` (exact path, e.g. a status subresource) whose
+        body contains ``body_contains`` (if given) with ``status``, without applying them: a fault of the
+        API server as a controller sees it."""
+        self.faults.append(Fault(method.upper(), path, status, n, body_contains))
+
+    async def _take_fault(self, raw: aiohttp.web.BaseRequest) -> Fault | None:
+        for fault in self.faults:
+            if fault.remaining <= 0 or fault.method != raw.method or fault.path != raw.path:
+                continue
+            if fault.body_contains is not None and fault.body_contains not in (await raw.read()).decode("utf-8", "replace"):
+                continue
+            fault.remaining -= 1
+            return fault
+        return None
 
     def _info(self, res: kmock.resource) -> kmock.ResourceInfo:
         return self.discovery.resources[res]
@@ -967,6 +1074,11 @@ class KubeEmulator:
     def _emit(self, res: kmock.resource, etype: str, obj: JsonObj) -> None:
         self._events.append((self._rv, res, etype, copy.deepcopy(obj)))
         self._event_rvs.append(self._rv)
+        for listener in self._listeners:
+            try:
+                listener(res, etype, obj)
+            except Exception:  # a listener's bug must not break the write that triggered it
+                logger.exception("emulator listener failed")
         if len(self._events) > 2 * self._event_log_size:
             cut = len(self._events) - self._event_log_size
             self._events_floor = self._event_rvs[cut - 1]
@@ -987,12 +1099,15 @@ class KubeEmulator:
         if validator is None:
             return
         errors = sorted(validator.iter_errors(obj), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-        if not errors:
+        duplicates = list(_list_map_duplicates(self._openapi.get(res) or {}, obj, []))
+        if not errors and not duplicates:
             return
         info = self._info(res)
         name = obj.get("metadata", {}).get("name", "")
         causes = [{"reason": "FieldValueInvalid", "message": f"Invalid value: {e.message}",
                    "field": _json_path(e.absolute_path)} for e in errors]
+        causes += [{"reason": "FieldValueDuplicate", "message": f"Duplicate value: {key}", "field": _json_path(path)}
+                   for path, key in duplicates]
         text = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
         raise ApiError(422, "Invalid", f'{info.kind}.{res.group} "{name}" is invalid: {text}',
                        {"name": name, "group": res.group, "kind": info.kind, "causes": causes})
@@ -1023,6 +1138,11 @@ class KubeEmulator:
             if (self._ns_res, "", ns) not in self._store:
                 raise ApiError(404, "NotFound", f'namespaces "{ns}" not found',
                                {"name": ns, "kind": "namespaces"})
+            if self.namespace_terminating(ns):
+                raise ApiError(403, "Forbidden", f'{res.plural} "{meta.get("name") or meta.get("generateName") or ""}" '
+                                                 f"is forbidden: unable to create new content in namespace {ns} "
+                                                 "because it is being terminated",
+                               {"name": meta.get("name"), "kind": res.plural})
             meta["namespace"] = ns
         else:
             ns = ""
@@ -1050,6 +1170,8 @@ class KubeEmulator:
             obj["status"] = {"phase": "Pending"}
         if res == self._ns_res and not obj.get("status"):
             obj["status"] = {"phase": "Active"}
+        if res == self._ns_res:
+            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         self._normalize(res, obj)
         for k in ("deletionTimestamp", "deletionGracePeriodSeconds"):
             meta.pop(k, None)
@@ -1168,6 +1290,8 @@ class KubeEmulator:
         if pre.get("resourceVersion") and str(pre["resourceVersion"]) != current["metadata"]["resourceVersion"]:
             raise _conflict(res, key[2])
         orphan = options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents") is True
+        if res == self._ns_res:
+            return self._delete_namespace(key)
         if current["metadata"].get("finalizers"):
             if current["metadata"].get("deletionTimestamp"):
                 return current
@@ -1180,6 +1304,44 @@ class KubeEmulator:
             return marked
         return self._remove(res, key, cascade=not orphan)
 
+    def _delete_namespace(self, key: _Key) -> JsonObj:
+        """A Namespace goes as on a real cluster: ``deletionTimestamp`` and ``phase: Terminating`` first
+        (its ``spec.finalizers: [kubernetes]``), then the namespace controller deletes every object in it
+        (objects with finalizers stay Terminating until those are removed), and the Namespace itself is
+        removed once it is empty.  Creating objects in a terminating namespace answers 403."""
+        current = self._store[key]
+        name = key[2]
+        if not current["metadata"].get("deletionTimestamp"):
+            marked = copy.deepcopy(current)
+            marked["metadata"]["deletionTimestamp"] = _now()
+            marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            marked.setdefault("status", {})["phase"] = "Terminating"
+            marked["metadata"]["resourceVersion"] = self._next_rv()
+            self._store[key] = marked
+            self._emit(self._ns_res, "MODIFIED", marked)
+            current = marked
+        for other in [k for k in self._store if k[1] == name and k[0] != self._ns_res]:
+            obj = self._store.get(other)
+            if obj is not None and not obj["metadata"].get("deletionTimestamp"):
+                self._delete(other[0], other, {})
+        self._finish_namespace(name)
+        return current
+
+    def _finish_namespace(self, name: str) -> None:
+        """Remove a terminating Namespace once no object is left in it."""
+        key = (self._ns_res, "", name)
+        ns = self._store.get(key)
+        if ns is None or not ns["metadata"].get("deletionTimestamp"):
+            return
+        if any(k[1] == name for k in self._store if k[0] != self._ns_res):
+            return
+        self._remove(self._ns_res, key, cascade=False)
+
+    def namespace_terminating(self, name: str) -> bool:
+        """The Namespace exists and is being deleted."""
+        ns = self._store.get((self._ns_res, "", name))
+        return bool(ns and ns["metadata"].get("deletionTimestamp"))
+
     def _remove(self, res: kmock.resource, key: _Key, *, cascade: bool = True) -> JsonObj:
         obj = self._store.pop(key)
         obj["metadata"]["resourceVersion"] = self._next_rv()
@@ -1188,9 +1350,28 @@ class KubeEmulator:
             release = getattr(self.exec_handler, "release", None)
             if release is not None:
                 release(key[1], key[2])
+        if res == self._crd_res:
+            self._remove_crd(obj)
         if cascade:
             self._collect_garbage(obj, namespace_gone=key[2] if res == self._ns_res else None)
+        if key[1] and self.namespace_terminating(key[1]):
+            self._finish_namespace(key[1])
         return obj
+
+    def _remove_crd(self, crd: JsonObj) -> None:
+        """A deleted CRD stops being served (requests for it answer 404) and its objects are deleted, as
+        the API server does (it removes every custom resource before the CRD goes)."""
+        spec = crd.get("spec") or {}
+        group, plural = spec.get("group"), (spec.get("names") or {}).get("plural")
+        gone = {r for r in self._custom if r.group == group and r.plural == plural}
+        for key in [k for k in self._store if k[0] in gone]:
+            if key in self._store:
+                self._remove(key[0], key)
+        for res in gone:
+            self.discovery.resources.pop(res, None)
+            self._custom.discard(res)
+            self._schemas.pop(res, None)
+            self._openapi.pop(res, None)
 
     def _collect_garbage(self, owner: JsonObj, namespace_gone: str | None) -> None:
         """Delete dependents whose owners are all gone (background GC), and a deleted namespace's objects."""
@@ -1227,6 +1408,10 @@ class KubeEmulator:
                                               f"(phase {phase})")
         if self.exec_handler is None:
             raise ApiError(400, "BadRequest", "exec is not configured in this emulator")
+        refuse = getattr(self.exec_handler, "refuse", None)
+        problem = refuse(namespace, name, container) if refuse is not None else None
+        if problem:
+            raise ApiError(400, "BadRequest", f"unable to upgrade connection: {problem}")
         if raw.headers.get("Upgrade", "").lower() != "websocket":
             raise ApiError(400, "BadRequest", "Upgrade request required")
         fault = next((f for f in self.exec_faults if f.applies(name, argv)), None)

@@ -9,6 +9,8 @@ And the agents' own model calls, so the real CLIs can run against it (notes/real
   100 % whose reset is ahead (``set_windows``), the answer is the subscription 429 with the
   ``anthropic-ratelimit-unified-*`` headers (status rejected, reset, representative claim), which makes
   Claude Code print its real limit line; afterwards a short streamed text reply.
+- Who a token belongs to: ``GET /api/oauth/profile`` (Anthropic: account and organization uuids) and
+  ``GET /backend-api/me`` (ChatGPT: the user id), as the controller's identity check asks them.
 - ChatGPT-mode Codex: ``GET /backend-api/wham/accounts/check``, 426 on the WebSocket upgrade of
   ``/backend-api/codex/responses`` (Codex falls back to SSE at once), ``POST`` there (zstd body) with
   SSE replies, or the 429 ``usage_limit_reached`` with ``x-codex-*`` headers while limited. Codex only
@@ -138,7 +140,8 @@ class Refresh:
         account: the account of the refresh token (None when unknown).
         refresh_fp: sha256(refresh token presented)[:8].
         status: the status answered (200, 400/401 refused, or a scripted failure).
-        outcome: "ok", "reused" (the chain was revoked), "revoked", "unknown", "bad_request".
+        outcome: "ok", "lost" (spent, but the answer was dropped: `drop_next_token_answers`), "reused" (the
+            chain was revoked), "revoked", "unknown", "bad_request".
         at: epoch seconds.
         new_access_fp: sha256(new access token)[:8] on success.
     """
@@ -202,11 +205,15 @@ class ProviderEmulator:
         self._chain_ids = itertools.count(1)
         self.token_ttl_s: dict[str, float] = {"anthropic": 28800.0, "openai": 864000.0}
         self.refreshes: list[Refresh] = []
+        self._drop_answers = 0
+        self._answer_overrides: list[tuple[str, str]] = []
         self.app = web.Application(middlewares=[self._record_mw, self._fail_mw])
         self.app.router.add_get("/api/oauth/usage", self._anthropic_usage)
         self.app.router.add_get("/backend-api/wham/usage", self._openai_usage)
         self.app.router.add_post("/v1/messages", self._anthropic_messages)
         self.app.router.add_get("/backend-api/wham/accounts/check", self._openai_accounts_check)
+        self.app.router.add_get("/api/oauth/profile", self._anthropic_profile)
+        self.app.router.add_get("/backend-api/me", self._openai_me)
         self.app.router.add_get("/backend-api/codex/responses", self._openai_responses_upgrade)
         self.app.router.add_post("/backend-api/codex/responses", self._openai_responses)
         self.app.router.add_post("/v1/responses", self._openai_responses)
@@ -280,6 +287,10 @@ class ProviderEmulator:
         """Accept Bearer ``token`` as ``account`` (for ChatGPT also the expected ``ChatGPT-Account-Id``)."""
         self._tokens[token] = account
         self._accounts.setdefault(account, _Account())
+
+    def account_of(self, token: str | None) -> str | None:
+        """The account an access token was issued for (None when unknown or revoked)."""
+        return self._tokens.get(token) if token else None
 
     def revoke(self, token: str) -> None:
         """Forget ``token``: its next request gets 401."""
@@ -395,15 +406,41 @@ class ProviderEmulator:
         grant.used = True
         return grant, rt, None
 
+    def drop_next_token_answers(self, n: int = 1) -> None:
+        """The next ``n`` successful refreshes spend the refresh token and mint the new tokens, then drop
+        the connection instead of answering (a lost answer: the token is spent, the caller never learns
+        the new ones). Recorded with outcome "lost"."""
+        self._drop_answers += n
+
+    def override_next_token_answer(self, field: str, raw_json: str) -> None:
+        """The next successful refresh answer carries ``field`` with the raw JSON text ``raw_json``
+        (e.g. ``"1e999"``, ``"-5"``, ``"NaN"``, ``'"soon"'``), as a misbehaving provider might send."""
+        self._answer_overrides.append((field, raw_json))
+
+    def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        """A token answer, possibly dropped or altered as scripted."""
+        if self._drop_answers > 0:
+            self._drop_answers -= 1
+            if request.transport is not None:
+                request.transport.close()
+            raise ConnectionResetError("answer dropped (scripted)")
+        if self._answer_overrides:
+            field, raw = self._answer_overrides.pop(0)
+            body = {k: v for k, v in body.items() if k != field}
+            text = json.dumps(body)[:-1] + f', "{field}": {raw}}}'
+            return web.Response(text=text, content_type="application/json")
+        return web.json_response(body)
+
     async def _anthropic_token(self, request: web.Request) -> web.Response:
         grant, rt, err = await self._token("anthropic", request)
         if err is not None:
             return err
         assert grant is not None
         access, refresh, ttl, _ = self._mint("anthropic", grant.account, None, chain=grant.chain)
-        self.refreshes.append(Refresh("anthropic", grant.account, _fp(rt), 200, "ok", time.time(), _fp(access)))
+        self.refreshes.append(Refresh("anthropic", grant.account, _fp(rt), 200,
+                                      "lost" if self._drop_answers else "ok", time.time(), _fp(access)))
         acct_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, grant.account))
-        return web.json_response({
+        return self._answer(request, {
             "token_type": "Bearer", "access_token": access, "refresh_token": refresh, "expires_in": int(ttl),
             "scope": "user:inference user:profile user:sessions:claude_code",
             "organization": {"uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, grant.account + "/org")),
@@ -416,8 +453,9 @@ class ProviderEmulator:
             return err
         assert grant is not None
         access, refresh, _, id_token = self._mint("openai", grant.account, None, chain=grant.chain)
-        self.refreshes.append(Refresh("openai", grant.account, _fp(rt), 200, "ok", time.time(), _fp(access)))
-        return web.json_response({"id_token": id_token, "access_token": access, "refresh_token": refresh})
+        self.refreshes.append(Refresh("openai", grant.account, _fp(rt), 200,
+                                      "lost" if self._drop_answers else "ok", time.time(), _fp(access)))
+        return self._answer(request, {"id_token": id_token, "access_token": access, "refresh_token": refresh})
 
     def _account(self, token_or_account: str) -> _Account:
         account = self._tokens.get(token_or_account, token_or_account)
@@ -758,6 +796,29 @@ class ProviderEmulator:
         return web.json_response({"accounts": [{
             "id": account, "plan_type": acc.plan_type, "workspace_backend_origin": "NO_CONSTRAINT",
             "account_routing_override": "NO_CONSTRAINT"}]})
+
+    async def _anthropic_profile(self, request: web.Request) -> web.Response:
+        """``GET /api/oauth/profile`` (Claude Code after a login): who the OAuth token belongs to."""
+        acc, err = self._resolve(request)
+        if err is not None:
+            return err
+        account = self.account_for(request) or ""
+        return web.json_response({
+            "account": {"uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, account)), "email": f"{account}@example.com",
+                        "full_name": account, "display_name": account, "has_claude_max": True,
+                        "has_claude_pro": False},
+            "organization": {"uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, account + "/org")), "name": "Emulated Org",
+                             "organization_type": "claude_max", "billing_type": "stripe_subscription",
+                             "rate_limit_tier": "default_claude_max_5x"}})
+
+    async def _openai_me(self, request: web.Request) -> web.Response:
+        """``GET /backend-api/me`` (ChatGPT): the signed-in user of the token."""
+        acc, err = self._resolve(request)
+        if err is not None:
+            return err
+        account = self.account_for(request) or ""
+        return web.json_response({"object": "user", "id": f"user-{account}", "email": f"{account}@example.com",
+                                  "name": account})
 
     async def _openai_responses_upgrade(self, request: web.Request) -> web.Response:
         # No WebSocket transport here: 426 makes Codex fall back to SSE over POST at once.

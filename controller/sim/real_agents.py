@@ -14,7 +14,10 @@ What lives here (see notes/real-agents.md for the measurements behind each setti
   stops every process started under its run marker (Codex leaves an app-server daemon per
   CODEX_HOME, reparented to PID 1) by pid.
 
-Versions are pinned: the detection profiles were measured against them.
+Versions are pinned: the detection profiles were measured against them (Claude Code 2.1.328 and
+2.1.332, Codex 0.169.0 and 0.171.0; screens in tests/fixtures/real-screens/<version>/). The
+environment variables AGENTBOX_AGENTS_DIR / AGENTBOX_CLAUDE_VERSION / AGENTBOX_CODEX_VERSION point
+the same code at other releases in another folder (`make agents-latest`).
 """
 
 from __future__ import annotations
@@ -33,13 +36,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
-CLAUDE_VERSION = "2.1.328"
 CODEX_PACKAGE = "@openai/codex"
-CODEX_VERSION = "0.169.0"
+# The pins: the releases the profiles and tests/fixtures/real-screens/<version>/ were checked against.
+PINNED_CLAUDE_VERSION = "2.1.332"
+PINNED_CODEX_VERSION = "0.171.0"
+# `make agents-latest` runs the same tests against other releases in another folder:
+# AGENTBOX_AGENTS_DIR, AGENTBOX_CLAUDE_VERSION, AGENTBOX_CODEX_VERSION override the pins.
+CLAUDE_VERSION = os.environ.get("AGENTBOX_CLAUDE_VERSION") or PINNED_CLAUDE_VERSION
+CODEX_VERSION = os.environ.get("AGENTBOX_CODEX_VERSION") or PINNED_CODEX_VERSION
 PINNED = {CLAUDE_PACKAGE: CLAUDE_VERSION, CODEX_PACKAGE: CODEX_VERSION}
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-AGENTS_DIR = REPO / ".agents"
+AGENTS_DIR = pathlib.Path(os.environ.get("AGENTBOX_AGENTS_DIR") or REPO / ".agents")
 RUN_MARKER = "AGENTBOX_REAL_AGENT_RUN"
 
 

@@ -29,10 +29,11 @@ from controller.sim.kube import KubeEmulator, LocalExec, TmuxSockets
 from controller.sim.provider import ProviderEmulator
 
 
-def claude_login(token: str) -> str:
-    """A Claude Code `.credentials.json` for the emulator (far-future expiry)."""
+def claude_login(token: str, expires_at_ms: int = 4102444800000) -> str:
+    """A Claude Code `.credentials.json` for the emulator (default: a far-future expiry, so the controller
+    never refreshes it; `expires_at_ms` in Unix epoch milliseconds)."""
     return json.dumps({"claudeAiOauth": {
-        "accessToken": token, "refreshToken": f"{token}-refresh", "expiresAt": 4102444800000,
+        "accessToken": token, "refreshToken": f"{token}-refresh", "expiresAt": expires_at_ms,
         "scopes": ["user:inference", "user:profile"], "subscriptionType": "max"}})
 
 
@@ -86,6 +87,18 @@ class World:
     _loop: asyncio.AbstractEventLoop | None = None
     _killed: bool = False
     _zombies: list[threading.Thread] = field(default_factory=list)
+    kubelet: Any = None
+
+    async def start_kubelet(self, images: dict[str, Any], **options: Any) -> Any:
+        """Let the kubelet model (controller.sim.kubelet) run the pods of images it knows, as a node
+        would: volumes, the container's user, restarts, containerStatuses, exec inside the container.
+        Needs root (see `kubelet_unavailable`). Returns the Kubelet."""
+        from controller.sim.kubelet import Kubelet, KubeletExec
+
+        self.kubelet = Kubelet(self.kube, images, self.workdir / "kubelet", **options)
+        self.kube.exec_handler = KubeletExec(self.kubelet, self.local_exec)
+        await self.kubelet.start()
+        return self.kubelet
 
     async def __aenter__(self) -> "World":
         await self.start()
@@ -115,6 +128,8 @@ class World:
         await self.stop_operator()
         for thread in self._zombies:
             await asyncio.to_thread(thread.join, 40)
+        if self.kubelet is not None:
+            await self.kubelet.stop()
         if self._session:
             await self._session.close()
         await self.provider.stop()

@@ -59,6 +59,11 @@ def _epoch(value: str) -> datetime | None:
     return datetime.fromtimestamp(seconds, tz=timezone.utc) if seconds > 0 else None
 
 
+def has_session_argv(session: str = TMUX_SESSION) -> list[str]:
+    """argv whose rc says whether the session exists (0 yes, 1 no)."""
+    return ["tmux", "has-session", "-t", f"={session}"]
+
+
 def list_tabs_argv(session: str = TMUX_SESSION) -> list[str]:
     """argv listing the session's tabs and, in the same call, the attached clients."""
     return ["tmux", "list-windows", "-t", f"={session}", "-F", _TAB_FORMAT, ";",

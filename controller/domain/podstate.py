@@ -1,0 +1,82 @@
+"""Is the box container really running? Read from a Pod's ``status`` (phase and containerStatuses), as a
+kubelet reports it; pure (no I/O).
+
+A crash-looping pod keeps ``phase: Running`` (restartPolicy Always) while its container waits in
+``CrashLoopBackOff``: the phase alone never makes a box Ready.  Whether the tmux session exists is checked
+by the tab watcher on top of this (reason ``SessionMissing``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from controller.constants import R_CONTAINER_TERMINATED as CONTAINER_TERMINATED  # ended, not restarted
+from controller.constants import R_CONTAINER_WAITING as CONTAINER_WAITING  # CrashLoopBackOff, ImagePullBackOff...
+from controller.constants import R_POD_PENDING as POD_PENDING  # no pod yet, or phase is not Running
+
+CONTAINER_RUNNING = "ContainerRunning"    # running: the session check decides Ready
+
+_MAX_TEXT = 200
+
+
+def _clip(text: Any) -> str:
+    """Kubelet text is bounded and kept on one line (it ends up in a condition message)."""
+    s = " ".join(str(text or "").split())
+    return s if len(s) <= _MAX_TEXT else s[: _MAX_TEXT - 1] + "…"
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """What the Pod status says of the box container.
+
+    Attributes:
+        running: the container's ``state.running`` is set (and the pod phase is Running).
+        reason: one of the module's reason constants.
+        message: one sentence for a condition message (bounded, no values from the box's files).
+        waiting_reason: the kubelet's waiting reason (``CrashLoopBackOff``...) or None.
+    """
+
+    running: bool
+    reason: str
+    message: str
+    waiting_reason: str | None = None
+
+
+def box_container_view(pod: dict[str, Any] | None, pod_name: str, container: str | None) -> ContainerView:
+    """Read the box container's state from a stored Pod (``None``: not created yet).
+
+    ``container``: the box container's name (``None``: the pod's spec has no such container).
+    """
+    if pod is None:
+        return ContainerView(False, POD_PENDING, f"Pod {pod_name} does not exist yet")
+    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    phase = status.get("phase") or "Pending"
+    statuses = status.get("containerStatuses") if isinstance(status.get("containerStatuses"), list) else []
+    mine = next((s for s in statuses if isinstance(s, dict) and s.get("name") == container), None)
+    state = (mine or {}).get("state") if isinstance((mine or {}).get("state"), dict) else {}
+    if phase != "Running":
+        waiting = state.get("waiting") if isinstance(state.get("waiting"), dict) else None
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            why = _clip(waiting.get("reason"))
+            return ContainerView(False, CONTAINER_WAITING, f"Pod {pod_name} is {phase}; container {container} is "
+                                 f"waiting: {why}" + (f" ({_clip(waiting.get('message'))})" if waiting.get("message")
+                                                      else ""), why)
+        return ContainerView(False, POD_PENDING, f"Pod {pod_name} is {_clip(phase)}")
+    if mine is None:
+        return ContainerView(False, CONTAINER_WAITING, f"Pod {pod_name} reports no status for container {container}")
+    if isinstance(state.get("running"), dict):
+        return ContainerView(True, CONTAINER_RUNNING, f"Container {container} is running")
+    waiting = state.get("waiting")
+    if isinstance(waiting, dict):
+        why = _clip(waiting.get("reason") or "Unknown")
+        last = ((mine.get("lastState") or {}).get("terminated") or {}) if isinstance(mine.get("lastState"), dict) else {}
+        extra = f"; last exit code {last.get('exitCode')}" if isinstance(last, dict) and "exitCode" in last else ""
+        restarts = mine.get("restartCount")
+        extra += f"; restarted {restarts} time(s)" if isinstance(restarts, int) and restarts else ""
+        return ContainerView(False, CONTAINER_WAITING, f"Container {container} is waiting: {why}{extra}", why)
+    terminated = state.get("terminated")
+    if isinstance(terminated, dict):
+        return ContainerView(False, CONTAINER_TERMINATED, f"Container {container} terminated with exit code "
+                             f"{_clip(terminated.get('exitCode'))}")
+    return ContainerView(False, CONTAINER_WAITING, f"Container {container} has no known state")

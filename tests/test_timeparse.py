@@ -1,0 +1,70 @@
+"""The one time-expression grammar (controller/domain/timeparse.py): every form, zones, bounds."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from controller.domain.timeparse import parse_when, parse_when_span
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime.fromisoformat("2026-05-01T10:00:00+00:00")  # a Friday
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@pytest.mark.parametrize("text,tz,expected", [
+    # clocks, with/without minutes and am/pm, 24-hour
+    ("5pm", "UTC", "2026-05-01T17:00:00Z"),
+    ("5:30 a.m.", "UTC", "2026-05-02T05:30:00Z"),
+    ("07:16 · /status", "UTC", "2026-05-02T07:16:00Z"),
+    # dates either order, with/without year, ordinals, "at"/comma, clock first
+    ("Oct 13 at 6am (Europe/Paris)", "UTC", "2026-10-13T04:00:00Z"),
+    ("Sep 14th, 2026 at 6:43 AM", "UTC", "2026-09-14T06:43:00Z"),
+    ("14 Sep 2026 06:43", "UTC", "2026-09-14T06:43:00Z"),
+    ("14th of Sep, 6:43 AM", "UTC", "2026-09-14T06:43:00Z"),
+    ("7:26 PM on Aug 8", "Europe/Berlin", "2026-08-08T17:26:00Z"),
+    # weekdays and today/tomorrow
+    ("Mon 12:00am (America/New_York)", "UTC", "2026-05-04T04:00:00Z"),
+    ("Tuesday at 9am", "UTC", "2026-05-05T09:00:00Z"),
+    ("Fri 11am", "UTC", "2026-05-01T11:00:00Z"),
+    ("tomorrow at 9am", "Asia/Tokyo", "2026-05-02T00:00:00Z"),
+    # relative forms in any unit combination
+    ("8m", "UTC", "2026-05-01T10:08:00Z"),
+    ("3h 20m", "UTC", "2026-05-01T13:20:00Z"),
+    ("in 4 days 20 hours 9 minutes", "UTC", "2026-05-06T06:09:00Z"),
+    ("1d 2h", "UTC", "2026-05-02T12:00:00Z"),
+    # epochs (seconds, milliseconds), ISO 8601 with offsets, zones and offsets
+    ("|1755615600", "UTC", "2025-08-19T15:00:00Z"),
+    ("|1755615600000", "UTC", "2025-08-19T15:00:00Z"),
+    ("2026-09-14T06:43:00+02:00", "UTC", "2026-09-14T04:43:00Z"),
+    ("2026-09-14 06:43 UTC", "Asia/Tokyo", "2026-09-14T06:43:00Z"),
+    ("5pm UTC+2", "UTC", "2026-05-01T15:00:00Z"),
+    ("5pm (GMT-05:00)", "UTC", "2026-05-01T22:00:00Z"),
+    ("5pm (Etc/GMT+5)", "UTC", "2026-05-01T22:00:00Z"),
+])
+def test_grammar(text, tz, expected):
+    assert parse_when(text, NOW, tz) == at(expected)
+
+
+def test_weekday_uses_the_offset_of_the_reset_date():
+    # seen Friday 2026-10-30 (EDT); Monday 2026-11-02 is EST
+    assert parse_when("Mon 9am (America/New_York)", at("2026-10-30T15:00:00Z"), "UTC") == at("2026-11-02T14:00:00Z")
+
+
+def test_span_names_what_was_read():
+    assert parse_when_span("5pm (UTC) · /upgrade", NOW, "UTC")[1] == "5pm (UTC)"
+    assert parse_when_span(" at 3:05 PM.", NOW, "UTC")[1] == "at 3:05 PM."
+    assert parse_when_span("later", NOW, "UTC") == (None, "")
+
+
+@pytest.mark.parametrize("text", [
+    "later", "more than 24 hours out", "13pm", "Feb 30 at 9am", "in 99999999 days", "|99999999999999",
+    "Sep 14, 9999 6:43 AM", "1999-01-01 10:00", "25:00", "",
+])
+def test_impossible_or_absurd_times_are_none(text):
+    assert parse_when(text, NOW, "UTC") is None
