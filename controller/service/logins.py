@@ -124,6 +124,8 @@ class LoginKeeper:
     verdicts: dict[str, str | None] = field(default_factory=dict)   # candidate access fp -> identity (None: refused)
     refused_boxes: dict[str, str] = field(default_factory=dict)     # box -> refused candidate's access fp
     _last_boxes: list[_Box] = field(default_factory=list)
+    sent_candidates: set[str] = field(default_factory=set)   # candidate refresh tokens sent (never sent twice)
+    secret_fp: str | None = None           # refresh token of the Subscription's login at this tick
 
     @property
     def marker(self) -> str:
@@ -154,6 +156,7 @@ class LoginKeeper:
             return KeepResult(login, status, far)
         gen = status.get("observedGeneration")
         fp = token_fingerprint(login.refresh_token)
+        self.secret_fp = fp
         if not self._marker_checked:
             # A refresh marked in flight by an earlier run whose answer never reached the Secret: the
             # provider may have spent the token; it is never sent again (a second use revokes the chain).
@@ -288,13 +291,18 @@ class LoginKeeper:
 
     # ------------------------------------------------------------------ refresh
     async def _refresh(self, provider: str, login: Login, text: str, ref: Any,
-                       now: datetime) -> tuple[Login, str] | str:
+                       now: datetime, candidate: str | None = None) -> tuple[Login, str] | str:
         """Spend the refresh token once. (login, text) on success; "refused" (Disconnected), "lost" (the
         answer did not arrive: never resent) or "error" (not spent: retried after the backoff or the
         provider's Retry-After, whichever is longer).
 
         Write-ahead: ``status.refreshInFlight`` holds the token's fingerprint while the request is out, so
         a controller that dies before storing the answer never sends the token again after a restart.
+
+        ``candidate`` (a box name): ``login`` is a login found in that box, being confirmed before it is
+        adopted. A refusal then only refuses the candidate (returns "refused"; the caller reports it, the
+        Subscription's own login is not marked refused); a lost answer puts the Subscription's current
+        login in the answer-lost state (the agent that refreshed has spent it).
         """
         import aiohttp
 
@@ -315,13 +323,18 @@ class LoginKeeper:
                     new_text = await refresh_login(session, provider, text, login, token_url=url, now=now,
                                                    notes=notes)
         except RefreshRefused as exc:
+            if candidate is not None:
+                log.warning("Subscription %s: the refresh token of the login in box %s was refused: %s", self.marker,
+                            candidate, exc)
+                await self._clear_in_flight()
+                return "refused"
             self.refused_fp = fp
             self.refused_msg = f"The provider refused to renew the login ({exc}); update the login Secret {ref.name!r}"
             self.post_event("Warning", "LoginRefreshRefused", self.refused_msg)
             log.warning("Subscription %s: %s", self.marker, exc)
             return "refused"
         except RefreshLost as exc:
-            self._answer_lost(fp, ref, str(exc))
+            self._answer_lost(self.secret_fp if candidate is not None and self.secret_fp else fp, ref, str(exc))
             return "lost"
         except (RefreshUnavailable, RefreshError) as exc:
             from datetime import timedelta
@@ -580,8 +593,10 @@ class LoginKeeper:
 
         A candidate is a login with a refresh token and a later expiry than the Secret's. Nothing in the
         file decides (markers and account ids can be copied): the candidate's access token is shown to
-        the provider (`_verify`) and must belong to the identity in ``status.account``. Only its tokens
-        are grafted onto the Secret's login file (nothing else from the box reaches the Secret). Every
+        the provider (`_verify`) and must belong to the identity in ``status.account``; then its refresh
+        token (and expiry, still the box's word) is confirmed by spending it once (`_refresh` with
+        ``candidate``), and only the provider's answer is grafted onto the Secret's login file and stored
+        (nothing else from the box reaches the Secret). Every
         adoption is a Normal Event naming the box; a refused candidate is a Warning naming the box, once
         per login, and that box gets no pushes while it holds it.
 
@@ -632,18 +647,40 @@ class LoginKeeper:
                                     "pushes while it holds it")
                     log.warning("Subscription %s: login in box %s refused: %s", self.marker, box.name, why)
                 continue
-            new_text = self._mark(provider, self._graft(provider, text, live))
-            adopted = parse_login(provider, new_text)
+            # The provider confirmed the access token's account, nothing else: the refresh token and the
+            # expiry are still the box's word. The candidate's refresh token is spent once, here, and only
+            # the provider's answer (new tokens, its own expires_in) is stored and passed on.
+            cand_text = self._mark(provider, self._graft(provider, text, live))
+            cand = parse_login(provider, cand_text)
+            cfp = token_fingerprint(cand.refresh_token)
+            if cfp in self.sent_candidates:
+                continue  # sent once already: a second use would revoke the chain
+            if len(self.sent_candidates) > 256:
+                self.sent_candidates.pop()
+            self.sent_candidates.add(cfp)
+            outcome = await self._refresh(provider, cand, cand_text, ref, now, candidate=box.name)
+            if outcome == "error":  # not spent: may be sent again later
+                self.sent_candidates.discard(cfp)
+                undecided = True
+                continue
+            if outcome == "lost":
+                return None
+            if outcome == "refused":
+                metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "refused").inc()
+                self.refused_boxes[box.name] = held.fingerprint
+                self.post_event("Warning", "LoginCandidateRefused",
+                                f"Box {box.name} holds a newer login that was not adopted: the provider refused its "
+                                f"refresh token. The Secret {ref.name!r} and the other boxes are untouched; box "
+                                f"{box.name} gets no login pushes while it holds it")
+                continue
+            assert isinstance(outcome, tuple)
             self.adopted += 1
-            self.identity_fp = adopted.fingerprint
             metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "adopted").inc()
             self.post_event("Normal", "LoginAdopted",
                             f"Box {box.name} held a newer login of this account (an agent refreshed it; the "
-                            f"provider confirmed the account); stored it in Secret {ref.name!r} and passed it to "
-                            "the other boxes")
-            await self._store(ref, new_text)
-            await self.propagate(provider, new_text)
-            return adopted, new_text
+                            f"provider confirmed the account and renewed it); stored it in Secret {ref.name!r} and "
+                            "passed it to the other boxes")
+            return outcome
         return _UNDECIDED if undecided else None
 
     @staticmethod
