@@ -61,7 +61,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     core = client.CoreV1Api(api)
 
     async def run_exec(namespace: str, pod: str, container: str, argv: list[str], stdin: str | None = None):
-        return await apod_exec(core, namespace, pod, container, argv, stdin=stdin, timeout=ops.exec_timeout_s)
+        return await apod_exec(core, namespace, pod, container, argv, stdin=stdin, timeout=ops.exec_timeout_s,
+                               max_output=ops.exec_max_output_bytes)
 
     from controller.notify import Notifier
 

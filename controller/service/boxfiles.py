@@ -63,18 +63,29 @@ async def print_notice(exec_fn: ExecFn, pane_id: str, text: str) -> None:
         raise BoxFileError(f"printing the notice exited {res.rc}")
 
 
+# Box files are untrusted and may be huge (a 32 MiB line): every read is cut in the box to one byte
+# more than STRUCTURED_MAX, and a longer answer counts as no data. The exec layer bounds the output too
+# (exec_max_output_bytes), in case the box's own `head` does not.
+STRUCTURED_MAX = 65536
+"""Longest statusline file, rollout line or transcript line read from a box (bytes)."""
+
 # The statusline helper of the box image saves Claude Code's statusline stdin here.
 STATUSLINE_PATH = ".agentbox/statusline.json"
-_STATUSLINE = 'f="$HOME/$1"; [ -f "$f" ] || exit 3; stat -c %Y "$f" && head -c 65536 "$f"'
-# The newest Codex rollout file's last token_count event.
+_STATUSLINE = 'f="$HOME/$1"; [ -f "$f" ] || exit 3; stat -c %Y "$f" && head -c 65537 "$f"'
+# The newest Codex rollout file's last token_count event, from the file's last 4 MiB.
 _ROLLOUT = ('f=$(ls -t "$HOME"/.codex/sessions/*/*/*/rollout-*.jsonl 2>/dev/null | head -n 1); '
-            '[ -n "$f" ] || exit 3; grep -F \'"token_count"\' "$f" | tail -n 1')
+            '[ -n "$f" ] || exit 3; tail -c 4194304 "$f" | grep -F \'"token_count"\' | tail -n 1 | head -c 65537')
 
 
 # The newest Claude Code transcript's API error entries (a usage-limit 429 is recorded with
 # `apiErrorParams.rate_limit_info`, the shape of stream-json's rate_limit_event; Claude Code 2.1.328).
 _TRANSCRIPT = ('f=$(ls -t "$HOME"/.claude/projects/*/*.jsonl 2>/dev/null | head -n 1); '
-               '[ -n "$f" ] || exit 3; tail -n 400 "$f" | grep -F \'"isApiErrorMessage":true\' | tail -n 1')
+               '[ -n "$f" ] || exit 3; tail -c 4194304 "$f" | tail -n 400 | grep -F \'"isApiErrorMessage":true\' '
+               '| tail -n 1 | head -c 65537')
+
+
+def _fits(text: str) -> bool:
+    return len(text.encode("utf-8", "replace")) <= STRUCTURED_MAX
 
 
 def transcript_usage(line: str, read_at: datetime) -> Usage | None:
@@ -97,36 +108,69 @@ def transcript_usage(line: str, read_at: datetime) -> Usage | None:
     return Usage({window.name: replace(window, utilization=max(window.utilization, 100.0))}, read_at=read_at)
 
 
-async def read_structured(exec_fn: ExecFn, agent: str, now: datetime) -> tuple[Usage | None, str]:
+async def read_structured(exec_fn: ExecFn, agent: str, now: datetime,
+                          problems: list[str] | None = None) -> tuple[Usage | None, str]:
     """The agent's own machine-readable usage from the box: (usage or None, source name).
 
     Claude Code: the statusline input saved by the box's statusline helper (`rate_limits`,
     Claude Code 2.1.x). Codex: the last `token_count` event of the newest rollout file
-    (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, Codex CLI 0.1xx). Unparseable data counts as none.
+    (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, Codex CLI 0.1xx). Unparseable or oversized data
+    counts as none; when `problems` is given, a message naming the file is appended for each such file.
     """
     from controller.providers.parse import UsageParseError, parse_statusline, parse_token_count
 
+    def bad(path: str, why: str) -> None:
+        if problems is not None:
+            problems.append(f"{path}: {why}; ignored")
+
+    async def run(argv: list[str], path: str) -> Any:
+        try:
+            return await exec_fn(argv)
+        except Exception as exc:
+            if getattr(exc, "reason", None) == "output_too_large":  # the box's `head` did not cut it
+                bad(path, f"larger than {STRUCTURED_MAX} bytes")
+                return None
+            raise
+
     if agent == "claude-code":
-        res = await exec_fn(["sh", "-c", _STATUSLINE, "sh", STATUSLINE_PATH])
-        if res.rc == 0:
+        path = f"~/{STATUSLINE_PATH}"
+        res = await run(["sh", "-c", _STATUSLINE, "sh", STATUSLINE_PATH], path)
+        if res is None:
+            pass
+        elif res.rc == 0 and not _fits(res.stdout.partition("\n")[2]):
+            bad(path, f"larger than {STRUCTURED_MAX} bytes")
+        elif res.rc == 0:
             first, _, rest = res.stdout.partition("\n")
             try:
                 read_at = datetime.fromtimestamp(int(first.strip()), timezone.utc)
                 usage = parse_statusline(json.loads(rest), read_at)
                 if any(w.utilization >= 100 for w in usage.windows.values()):
                     return usage, "statusline"
-            except (ValueError, UsageParseError):
-                pass
-        res = await exec_fn(["sh", "-c", _TRANSCRIPT, "sh"])
-        if res.rc == 0 and res.stdout.strip():
+            except UsageParseError as exc:  # a ValueError too: first
+                bad(path, f"unreadable usage ({exc})")
+            except ValueError:
+                bad(path, "not a JSON object")
+        res = await run(["sh", "-c", _TRANSCRIPT, "sh"], "~/.claude/projects/*/*.jsonl")
+        if res is None:
+            pass
+        elif res.rc == 0 and res.stdout.strip() and not _fits(res.stdout):
+            bad("~/.claude/projects/*/*.jsonl", f"an API error entry larger than {STRUCTURED_MAX} bytes")
+        elif res.rc == 0 and res.stdout.strip():
             return transcript_usage(res.stdout.strip().splitlines()[-1], now), "transcript"
         return None, "statusline"
     if agent == "codex":
-        res = await exec_fn(["sh", "-c", _ROLLOUT, "sh"])
-        if res.rc != 0 or not res.stdout.strip():
+        path = "~/.codex/sessions/*/*/*/rollout-*.jsonl"
+        res = await run(["sh", "-c", _ROLLOUT, "sh"], path)
+        if res is None or res.rc != 0 or not res.stdout.strip():
+            return None, "rollout"
+        if not _fits(res.stdout):
+            bad(path, f"a token_count event larger than {STRUCTURED_MAX} bytes")
             return None, "rollout"
         try:
             return parse_token_count(json.loads(res.stdout.strip().splitlines()[-1])), "rollout"
-        except (ValueError, UsageParseError):
-            return None, "rollout"
+        except UsageParseError as exc:  # a ValueError too: first
+            bad(path, f"unreadable usage ({exc})")
+        except ValueError:
+            bad(path, "the last token_count event is not JSON")
+        return None, "rollout"
     return None, ""

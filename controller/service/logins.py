@@ -15,17 +15,28 @@ subscription's usage reader, so there is one keeper and at most one refresh at a
    stopped). Claude Code re-reads its file before every request; a running Codex reloads it when its
    in-memory token gets within 5 minutes of expiry and adopts a newer token of the same account
    without refreshing (measured; docs/logins.md). Failed pushes are retried on the next tick.
-4. **Read back (fallback).** Before spending a refresh token (so also on the first tick after the
-   controller was away past the refresh point) and while a refresh stays refused, read the boxes' live files: a newer login of the same
-   account (an agent refreshed by itself while the controller was away) is adopted into the Secret
-   and propagated instead of refreshing (which would reuse a spent token and log every copy out).
-   Same account: Codex ``account_id``; for Claude Code, whose file names no account, the
-   ``agentbox.subscription`` marker this keeper adds to the file (Claude Code keeps unknown keys
-   when it rewrites the file; measured).
-5. **Failures.** A refused refresh (400/401/403) with no newer login in any box: the Subscription
-   becomes ``Disconnected`` with condition ``LoginRefreshed=False/RefreshRefused`` and an Event; the
-   windows are kept; nothing is retried until the Secret changes. A 5xx/timeout: retried with
-   backoff, the old login kept (it is still valid: the refresh started long before expiry).
+4. **Read back (fallback), proven by the provider.** Before spending a refresh token (so also on the
+   first tick after the controller was away past the refresh point), and while a refresh stays refused
+   or its answer was lost, read the boxes' live files. A newer login there is only a candidate:
+   nothing in a box is trusted (the ``agentbox.subscription`` marker and a Codex ``account_id`` can be
+   copied). The provider is asked, with the candidate's own access token, whose login it is
+   (`controller.providers.identity`); only when it names the identity recorded in
+   ``status.account`` (from the Secret's own login) are its tokens grafted onto the Secret's file,
+   stored and propagated (Event ``LoginAdopted`` naming the box). Otherwise one Warning
+   ``LoginCandidateRefused`` names the box, and that box gets no pushes while it holds that login.
+5. **Failures.** A refused refresh (400/401/403) with no confirmed newer login in any box: the
+   Subscription becomes ``Disconnected`` with condition ``LoginRefreshed=False/RefreshRefused`` and an
+   Event, rewritten every pass until the API server has it; the windows are kept; nothing is retried
+   until the Secret changes. A 5xx/429/unreachable provider: retried with backoff (or the provider's
+   ``Retry-After``), the old login kept (it is still valid: the refresh started long before expiry).
+6. **Never twice.** ``status.refreshInFlight`` (the token's fingerprint) is written before a refresh
+   request goes out. An answer lost after the request may have reached the provider, or a restart
+   that finds the mark on the Secret's token: that token is never sent again; the current access token
+   stays in use until it expires; ``LoginRefreshed=False/RefreshAnswerLost``, one Warning Event and the
+   gauge ``agentbox_login_refresh_answer_lost`` ask a human to log in again.
+
+Only objects a box controls are touched: pushes go to its own credentials Secret and pod
+(`controller.kube.exec.owned_exec`; a squatter raises ``NotOwned``).
 """
 
 from __future__ import annotations
@@ -56,6 +67,7 @@ KEY_OF = {"anthropic": "credentials.json", "openai": "auth.json"}
 _REPLACE = ('umask 077; f="$HOME/$1"; [ -f "$f" ] || exit 4; cat > "$f.agentbox-tmp" '
             '&& mv -f "$f.agentbox-tmp" "$f"')
 _READ = 'f="$HOME/$1"; [ -f "$f" ] || exit 4; head -c 262144 "$f"'
+IN_FLIGHT_KEY = "refreshInFlight"  # status: "sha256:<8 hex>" of the refresh token being spent (write-ahead)
 _UNDECIDED = "undecided"   # a login in a box could not be checked with the provider (yet)
 
 
@@ -103,12 +115,17 @@ class LoginKeeper:
     refused_fp: str | None = None          # refresh token the provider refused (no retry until it changes)
     lifetime_s: float | None = None        # observed access token lifetime (after our first refresh)
     unsynced: set[str] = field(default_factory=set)   # boxes whose push failed
+    refused_msg: str | None = None
+    lost_fp: str | None = None             # refresh token whose answer was lost (never sent again)
+    _marker_checked: bool = False
     refreshes: int = 0
     adopted: int = 0
     identity_fp: str | None = None         # access token whose account identity is recorded in status.account
     verdicts: dict[str, str | None] = field(default_factory=dict)   # candidate access fp -> identity (None: refused)
     refused_boxes: dict[str, str] = field(default_factory=dict)     # box -> refused candidate's access fp
     _last_boxes: list[_Box] = field(default_factory=list)
+    sent_candidates: set[str] = field(default_factory=set)   # candidate refresh tokens sent (never sent twice)
+    secret_fp: str | None = None           # refresh token of the Subscription's login at this tick
 
     @property
     def marker(self) -> str:
@@ -117,12 +134,14 @@ class LoginKeeper:
     # ------------------------------------------------------------------ the tick
     async def tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
         """Refresh / adopt / propagate as due. Never raises: trouble (API server, pods) is logged and
-        retried after ``login_retry_s`` with the current login kept for the usage read."""
+        retried after ``login_retry_s`` with the current login kept for the usage read (none while the
+        provider refuses this login: the subscription stays Disconnected)."""
         try:
             return await self._tick(spec, login, status)
         except Exception as exc:  # noqa: BLE001
             log.warning("Subscription %s: login keeping failed (%s); retrying", self.marker, type(exc).__name__)
-            return KeepResult(login, status, self.rt.settings.login_retry_s)
+            refused = self.refused_fp is not None and token_fingerprint(login.refresh_token) == self.refused_fp
+            return KeepResult(None if refused else login, status, self.rt.settings.login_retry_s)
 
     async def _tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
         st = self.rt.settings
@@ -136,18 +155,35 @@ class LoginKeeper:
         if text is None:
             return KeepResult(login, status, far)
         gen = status.get("observedGeneration")
-        status = await self._record_identity(provider, login, status, now)
         fp = token_fingerprint(login.refresh_token)
+        self.secret_fp = fp
+        if not self._marker_checked:
+            # A refresh marked in flight by an earlier run whose answer never reached the Secret: the
+            # provider may have spent the token; it is never sent again (a second use revokes the chain).
+            self._marker_checked = True
+            if status.get(IN_FLIGHT_KEY) == f"sha256:{fp}":
+                self._answer_lost(fp, ref, "the controller stopped while a login refresh was in flight")
+        status = await self._record_identity(provider, login, status, now)
         if self.refused_fp is not None:
             if fp == self.refused_fp:
-                # Refused earlier and the Secret did not change: stay Disconnected; still look for a
-                # box that holds a newer login (an agent that refreshed by itself).
+                # Refused earlier and the Secret did not change: stay Disconnected (rewritten every
+                # pass until the API server has it); still look for a box that holds a newer login of
+                # this account (an agent that refreshed by itself).
                 adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
                 if not isinstance(adopted, tuple):
+                    status = await self._disconnected(status, ref, now, gen)
                     return KeepResult(None, status, far)
                 login, text = adopted
             self.refused_fp = None
             self.failures, self.retry_at = 0, None
+        if self.lost_fp is not None:
+            if fp == self.lost_fp:
+                adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
+                if not isinstance(adopted, tuple):
+                    return KeepResult(login, self._lost_status(login, status, ref, now, gen), far)
+                login, text = adopted
+            self.lost_fp = None   # the Secret holds another login now (a human logged in again, or adopted)
+            metrics.LOGIN_ANSWER_LOST.labels(self.namespace, self.name).set(0)
         due = self._due_at(login)
         if now >= due and (self.retry_at is None or now >= self.retry_at):
             adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
@@ -164,23 +200,20 @@ class LoginKeeper:
                                   max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
             else:
                 outcome = await self._refresh(provider, login, text, ref, now)
-                metrics.LOGIN_REFRESHES.labels(self.namespace, self.name, "refused" if isinstance(outcome, str)
-                                               else "error" if outcome is None else "ok").inc()
-                if isinstance(outcome, str):          # refused: Disconnected
-                    conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
-                                          "RefreshRefused", outcome, now, gen)
-                    conds = set_condition(conds, C.COND_CREDENTIALS_VALID, False, "RefreshRefused",
-                                          "The provider refused to renew the login; update the login Secret "
-                                          f"{ref.name!r}", now, gen)
-                    await self._patch({"state": "Disconnected", "conditions": conds,
-                                       "message": "Login refresh refused by the provider"})
-                    return KeepResult(None, {**status, "conditions": conds, "state": "Disconnected"}, far)
-                if outcome is None:                    # unavailable: keep the old login, retry later
+                metrics.LOGIN_REFRESHES.labels(self.namespace, self.name, outcome if isinstance(outcome, str)
+                                               else "ok").inc()
+                if outcome == "refused":              # Disconnected
+                    status = await self._disconnected(status, ref, now, gen)
+                    return KeepResult(None, status, far)
+                if outcome == "lost":                 # keep the current access token until it expires
+                    return KeepResult(login, self._lost_status(login, status, ref, now, gen), far)
+                if outcome == "error":                # unavailable: keep the old login, retry later
                     conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
                                           "RefreshFailed", f"Login refresh failed {self.failures} time(s); "
                                           "retrying, the current login stays in use", now, gen)
                     return KeepResult(login, {**status, "conditions": conds},
                                       max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
+                assert isinstance(outcome, tuple)
                 login, text = outcome
         elif self.unsynced:
             await self.propagate(provider, text, only=set(self.unsynced))
@@ -197,6 +230,47 @@ class LoginKeeper:
         if login.expires_at is not None:
             metrics.LOGIN_EXPIRY.labels(self.namespace, self.name).set(login.expires_at.timestamp())
         return KeepResult(login, {**status, "conditions": conds}, max(0.5, min(delay, far)))
+
+    async def _disconnected(self, status: dict[str, Any], ref: Any, now: datetime, gen: Any) -> dict[str, Any]:
+        """The refused state, written whenever the stored status differs (level-triggered: a failed
+        patch is repeated at the next pass, so the Subscription never shows Available with a dead login).
+
+        Raises:
+            the API error of a failed patch (the tick retries after ``login_retry_s``).
+        """
+        msg = self.refused_msg or f"The provider refused to renew the login; update the login Secret {ref.name!r}"
+        current = status.get("conditions") or []
+        conds = set_condition(current, COND_LOGIN_REFRESHED, False, "RefreshRefused", msg, now, gen)
+        conds = set_condition(conds, C.COND_CREDENTIALS_VALID, False, "RefreshRefused",
+                              f"The provider refused to renew the login; update the login Secret {ref.name!r}",
+                              now, gen)
+        want = {"state": "Disconnected", "conditions": conds, "message": "Login refresh refused by the provider"}
+        if (status.get("state") != "Disconnected" or conds != current or status.get(IN_FLIGHT_KEY)
+                or status.get("message") != want["message"]):
+            await self._patch({**want, IN_FLIGHT_KEY: None})
+            metrics.set_subscription_state(self.namespace, self.name, "Disconnected")
+        return {**status, **want, IN_FLIGHT_KEY: None}
+
+    def _answer_lost(self, fp: str, ref: Any, why: str) -> None:
+        """Enter the answer-lost state for refresh token ``fp``: one Warning Event, the metric set."""
+        if self.lost_fp == fp:
+            return
+        self.lost_fp = fp
+        metrics.LOGIN_ANSWER_LOST.labels(self.namespace, self.name).set(1)
+        self.post_event("Warning", "RefreshAnswerLost",
+                        f"The answer to a login refresh was lost ({why}); the provider may have spent the refresh "
+                        "token, so it is not sent again. The current access token stays in use until it expires: "
+                        f"log in again and update the login Secret {ref.name!r} before then")
+        log.warning("Subscription %s: refresh answer lost (%s); refresh token sha256:%s is not sent again",
+                    self.marker, why, fp)
+
+    def _lost_status(self, login: Login, status: dict[str, Any], ref: Any, now: datetime, gen: Any) -> dict[str, Any]:
+        until = f"{login.expires_at:%Y-%m-%d %H:%M:%S} UTC" if login.expires_at else "it expires"
+        conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False, "RefreshAnswerLost",
+                              "The answer to a login refresh was lost; its refresh token is not sent again (a "
+                              f"second use revokes every copy). The current access token works until {until}: "
+                              f"log in again and update the login Secret {ref.name!r}", now, gen)
+        return {**status, "conditions": conds}
 
     def due_in(self, login: Login | None) -> float:
         """Seconds until ``login`` is due for a refresh (inf without a refresh token or expiry)."""
@@ -217,43 +291,88 @@ class LoginKeeper:
 
     # ------------------------------------------------------------------ refresh
     async def _refresh(self, provider: str, login: Login, text: str, ref: Any,
-                       now: datetime) -> tuple[Login, str] | str | None:
-        """(login, text) on success; a message when refused; None when unavailable (retry later)."""
+                       now: datetime, candidate: str | None = None) -> tuple[Login, str] | str:
+        """Spend the refresh token once. (login, text) on success; "refused" (Disconnected), "lost" (the
+        answer did not arrive: never resent) or "error" (not spent: retried after the backoff or the
+        provider's Retry-After, whichever is longer).
+
+        Write-ahead: ``status.refreshInFlight`` holds the token's fingerprint while the request is out, so
+        a controller that dies before storing the answer never sends the token again after a restart.
+
+        ``candidate`` (a box name): ``login`` is a login found in that box, being confirmed before it is
+        adopted. A refusal then only refuses the candidate (returns "refused"; the caller reports it, the
+        Subscription's own login is not marked refused); a lost answer puts the Subscription's current
+        login in the answer-lost state (the agent that refreshed has spent it).
+        """
         import aiohttp
 
-        from controller.providers.oauth import RefreshError, RefreshRefused, RefreshUnavailable, refresh_login
+        from controller.providers.oauth import (RefreshError, RefreshLost, RefreshRefused, RefreshUnavailable,
+                                                refresh_login)
 
         st = self.rt.settings
         url = st.anthropic_token_url if provider == "anthropic" else st.openai_token_url
+        fp = token_fingerprint(login.refresh_token)
+        await self._patch({IN_FLIGHT_KEY: f"sha256:{fp}"})   # fails: nothing sent, the tick retries
+        notes: list[str] = []
         try:
             if self.session is not None:
-                new_text = await refresh_login(self.session, provider, text, login, token_url=url, now=now)
+                new_text = await refresh_login(self.session, provider, text, login, token_url=url, now=now,
+                                               notes=notes)
             else:  # refreshes are rare: a session per refresh, nothing left open when the daemon stops
                 async with aiohttp.ClientSession() as session:
-                    new_text = await refresh_login(session, provider, text, login, token_url=url, now=now)
+                    new_text = await refresh_login(session, provider, text, login, token_url=url, now=now,
+                                                   notes=notes)
         except RefreshRefused as exc:
-            self.refused_fp = token_fingerprint(login.refresh_token)
-            msg = f"The provider refused to renew the login ({exc}); update the login Secret {ref.name!r}"
-            self.post_event("Warning", "LoginRefreshRefused", msg)
+            if candidate is not None:
+                log.warning("Subscription %s: the refresh token of the login in box %s was refused: %s", self.marker,
+                            candidate, exc)
+                await self._clear_in_flight()
+                return "refused"
+            self.refused_fp = fp
+            self.refused_msg = f"The provider refused to renew the login ({exc}); update the login Secret {ref.name!r}"
+            self.post_event("Warning", "LoginRefreshRefused", self.refused_msg)
             log.warning("Subscription %s: %s", self.marker, exc)
-            return msg
+            return "refused"
+        except RefreshLost as exc:
+            self._answer_lost(self.secret_fp if candidate is not None and self.secret_fp else fp, ref, str(exc))
+            return "lost"
         except (RefreshUnavailable, RefreshError) as exc:
+            from datetime import timedelta
+
             backoff = self._backoff(login, now)
+            wait = getattr(exc, "retry_after_s", None)
+            if wait is not None and wait > backoff:
+                # The provider said when: honoured in full (the current login stays in use meanwhile).
+                backoff = wait
+                self.retry_at = now + timedelta(seconds=wait)
             log.warning("Subscription %s: %s; retry in %.0f s", self.marker, exc, backoff)
             if self.failures == 1:
                 self.post_event("Warning", "LoginRefreshFailed", f"{exc}; retrying, the current login stays in use")
-            return None
+            await self._clear_in_flight()
+            return "error"
         self.failures, self.retry_at = 0, None
         new = parse_login(provider, new_text)
         if new.expires_at is not None:
             self.lifetime_s = max(1.0, (new.expires_at - now).total_seconds())
         self.refreshes += 1
+        self.identity_fp = new.fingerprint   # same chain, same account
         new_text = self._mark(provider, new_text)
         await self._store(ref, new_text)
+        await self._clear_in_flight()
+        for note in notes:
+            self.post_event("Warning", "TokenAnswerInvalid", note)
         await self.propagate(provider, new_text)
         log.info("Subscription %s: login refreshed (token sha256:%s), pushed to %d box(es)", self.marker,
                  new.fingerprint, len(self._last_boxes))
         return new, new_text
+
+    async def _clear_in_flight(self) -> None:
+        """Remove the write-ahead mark (best effort: a mark left behind names a token no longer in the
+        Secret after a success, and only makes a restarted controller cautious after a failure)."""
+        try:
+            await self._patch({IN_FLIGHT_KEY: None})
+        except Exception as exc:  # noqa: BLE001
+            log.warning("Subscription %s: clearing refreshInFlight failed (%s)", self.marker, type(exc).__name__)
 
     def _backoff(self, login: Login, now: datetime) -> float:
         """Count a failure and set ``retry_at``: doubling from ``login_retry_s`` up to 10 minutes, never
@@ -474,8 +593,10 @@ class LoginKeeper:
 
         A candidate is a login with a refresh token and a later expiry than the Secret's. Nothing in the
         file decides (markers and account ids can be copied): the candidate's access token is shown to
-        the provider (`_verify`) and must belong to the identity in ``status.account``. Only its tokens
-        are grafted onto the Secret's login file (nothing else from the box reaches the Secret). Every
+        the provider (`_verify`) and must belong to the identity in ``status.account``; then its refresh
+        token (and expiry, still the box's word) is confirmed by spending it once (`_refresh` with
+        ``candidate``), and only the provider's answer is grafted onto the Secret's login file and stored
+        (nothing else from the box reaches the Secret). Every
         adoption is a Normal Event naming the box; a refused candidate is a Warning naming the box, once
         per login, and that box gets no pushes while it holds it.
 
@@ -526,18 +647,40 @@ class LoginKeeper:
                                     "pushes while it holds it")
                     log.warning("Subscription %s: login in box %s refused: %s", self.marker, box.name, why)
                 continue
-            new_text = self._mark(provider, self._graft(provider, text, live))
-            adopted = parse_login(provider, new_text)
+            # The provider confirmed the access token's account, nothing else: the refresh token and the
+            # expiry are still the box's word. The candidate's refresh token is spent once, here, and only
+            # the provider's answer (new tokens, its own expires_in) is stored and passed on.
+            cand_text = self._mark(provider, self._graft(provider, text, live))
+            cand = parse_login(provider, cand_text)
+            cfp = token_fingerprint(cand.refresh_token)
+            if cfp in self.sent_candidates:
+                continue  # sent once already: a second use would revoke the chain
+            if len(self.sent_candidates) > 256:
+                self.sent_candidates.pop()
+            self.sent_candidates.add(cfp)
+            outcome = await self._refresh(provider, cand, cand_text, ref, now, candidate=box.name)
+            if outcome == "error":  # not spent: may be sent again later
+                self.sent_candidates.discard(cfp)
+                undecided = True
+                continue
+            if outcome == "lost":
+                return None
+            if outcome == "refused":
+                metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "refused").inc()
+                self.refused_boxes[box.name] = held.fingerprint
+                self.post_event("Warning", "LoginCandidateRefused",
+                                f"Box {box.name} holds a newer login that was not adopted: the provider refused its "
+                                f"refresh token. The Secret {ref.name!r} and the other boxes are untouched; box "
+                                f"{box.name} gets no login pushes while it holds it")
+                continue
+            assert isinstance(outcome, tuple)
             self.adopted += 1
-            self.identity_fp = adopted.fingerprint
             metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "adopted").inc()
             self.post_event("Normal", "LoginAdopted",
                             f"Box {box.name} held a newer login of this account (an agent refreshed it; the "
-                            f"provider confirmed the account); stored it in Secret {ref.name!r} and passed it to "
-                            "the other boxes")
-            await self._store(ref, new_text)
-            await self.propagate(provider, new_text)
-            return adopted, new_text
+                            f"provider confirmed the account and renewed it); stored it in Secret {ref.name!r} and "
+                            "passed it to the other boxes")
+            return outcome
         return _UNDECIDED if undecided else None
 
     @staticmethod
