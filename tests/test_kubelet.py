@@ -213,6 +213,13 @@ async def test_the_example_box_starts_its_session_through_the_real_entrypoint(ku
         "tmux", "capture-pane", "-p", "-t", "=agentbox:main"]).stdout, 15, what="the agent's screen")
     who = kubelet.run("default", "claude-box", ["id", "-u"]).stdout.strip()
     assert who == "1000"  # exec runs as the container's user
+    # The statusline command the entrypoint configured, run as Claude Code runs it (JSON on stdin).
+    line = kubelet.run("default", "claude-box", ["/usr/local/bin/agentbox-statusline"],
+                       stdin='{"model": {"display_name": "Opus"}, "workspace": {"current_dir": "/home/agent/work"}}')
+    assert line.returncode == 0 and line.stdout.strip() == "Opus · work"
+    saved = home / ".agentbox/statusline.json"
+    assert json.loads(saved.read_text())["model"]["display_name"] == "Opus"
+    assert (saved.stat().st_uid, stat.S_IMODE(saved.stat().st_mode)) == (1000, 0o600)
 
 
 @NEEDS_ROOT

@@ -808,11 +808,11 @@ class Kubelet:
         return [*_INIT, json.dumps(spec)]
 
     def run(self, namespace: str, pod: str, argv: list[str], container: str | None = None,
-            timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
-        """Run a command in a container from a test (blocking; as ``kubectl exec`` would)."""
+            timeout: float = 10.0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run a command in a container from a test (blocking; as ``kubectl exec [-i]`` would)."""
         name = container or next(iter(self.pods[(namespace, pod)].containers))
         return subprocess.run(self.exec_argv(namespace, pod, name, argv), capture_output=True, text=True,
-                              timeout=timeout, cwd=str(REPO_ROOT), check=False)
+                              timeout=timeout, cwd=str(REPO_ROOT), check=False, input=stdin)
 
 
 def _pids_in_namespace(ns_id: str) -> list[int]:
