@@ -48,7 +48,7 @@ def _parse_time(value: str | None) -> datetime | None:
         return None
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
-    except ValueError:
+    except (ValueError, OverflowError):  # year 9999 at -12:00 is year 10000 in UTC
         return None
 
 
