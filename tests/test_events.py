@@ -217,3 +217,4 @@ def test_log_records_are_redacted_and_bounded(caplog: pytest.LogCaptureFixture):
         caplog.handler.filters.clear()
     assert "sk-ant-ort01" not in caplog.text and "invalid_grant" in caplog.text
     assert len(caplog.records[1].getMessage()) <= LOG_MESSAGE_MAX
+

@@ -15,17 +15,28 @@ subscription's usage reader, so there is one keeper and at most one refresh at a
    stopped). Claude Code re-reads its file before every request; a running Codex reloads it when its
    in-memory token gets within 5 minutes of expiry and adopts a newer token of the same account
    without refreshing (measured; docs/logins.md). Failed pushes are retried on the next tick.
-4. **Read back (fallback).** Before spending a refresh token (so also on the first tick after the
-   controller was away past the refresh point) and while a refresh stays refused, read the boxes' live files: a newer login of the same
-   account (an agent refreshed by itself while the controller was away) is adopted into the Secret
-   and propagated instead of refreshing (which would reuse a spent token and log every copy out).
-   Same account: Codex ``account_id``; for Claude Code, whose file names no account, the
-   ``agentbox.subscription`` marker this keeper adds to the file (Claude Code keeps unknown keys
-   when it rewrites the file; measured).
-5. **Failures.** A refused refresh (400/401/403) with no newer login in any box: the Subscription
-   becomes ``Disconnected`` with condition ``LoginRefreshed=False/RefreshRefused`` and an Event; the
-   windows are kept; nothing is retried until the Secret changes. A 5xx/timeout: retried with
-   backoff, the old login kept (it is still valid: the refresh started long before expiry).
+4. **Read back (fallback), proven by the provider.** Before spending a refresh token (so also on the
+   first tick after the controller was away past the refresh point), and while a refresh stays refused
+   or its answer was lost, read the boxes' live files. A newer login there is only a candidate:
+   nothing in a box is trusted (the ``agentbox.subscription`` marker and a Codex ``account_id`` can be
+   copied). The provider is asked, with the candidate's own access token, whose login it is
+   (`controller.providers.identity`); only when it names the identity recorded in
+   ``status.account`` (from the Secret's own login) are its tokens grafted onto the Secret's file,
+   stored and propagated (Event ``LoginAdopted`` naming the box). Otherwise one Warning
+   ``LoginCandidateRefused`` names the box, and that box gets no pushes while it holds that login.
+5. **Failures.** A refused refresh (400/401/403) with no confirmed newer login in any box: the
+   Subscription becomes ``Disconnected`` with condition ``LoginRefreshed=False/RefreshRefused`` and an
+   Event, rewritten every pass until the API server has it; the windows are kept; nothing is retried
+   until the Secret changes. A 5xx/429/unreachable provider: retried with backoff (or the provider's
+   ``Retry-After``), the old login kept (it is still valid: the refresh started long before expiry).
+6. **Never twice.** ``status.refreshInFlight`` (the token's fingerprint) is written before a refresh
+   request goes out. An answer lost after the request may have reached the provider, or a restart
+   that finds the mark on the Secret's token: that token is never sent again; the current access token
+   stays in use until it expires; ``LoginRefreshed=False/RefreshAnswerLost``, one Warning Event and the
+   gauge ``agentbox_login_refresh_answer_lost`` ask a human to log in again.
+
+Only objects a box controls are touched: pushes go to its own credentials Secret and pod
+(`controller.kube.exec.owned_exec`; a squatter raises ``NotOwned``).
 """
 
 from __future__ import annotations
