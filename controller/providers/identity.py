@@ -70,7 +70,7 @@ async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]
         raise IdentityUnavailable(f"{provider} identity answer too large ({_where(url)})")
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise IdentityUnavailable(f"{provider} identity answer is not JSON ({_where(url)})") from None
     if not isinstance(body, dict):
         raise IdentityUnavailable(f"{provider} identity answer is not an object ({_where(url)})")

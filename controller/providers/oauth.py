@@ -211,7 +211,7 @@ async def refresh_login(session: aiohttp.ClientSession, provider: str, text: str
         raise RefreshUnavailable(f"{provider} token refresh failed: HTTP {status} ({where})", status, retry_after)
     try:
         answer = json.loads(raw) if len(raw) <= _MAX_ANSWER else None
-    except ValueError:
+    except (ValueError, RecursionError):
         answer = None
     if not isinstance(answer, dict):
         raise RefreshLost(f"{provider} token endpoint answered 200 without a JSON object ({where})", status)
@@ -231,7 +231,7 @@ def _error_code(raw: bytes) -> str:
     Never the provider's text: it ends up in Events and status."""
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     if not isinstance(body, dict):
         return ""
