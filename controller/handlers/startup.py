@@ -71,8 +71,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     notifier = getattr(memo, "notifier", None) or Notifier.from_env()
     clock = getattr(memo, "clock", None) or utcnow
     kube = Kube(api)
+    async def open_exec(namespace: str, pod: str, container: str, argv: list[str]):
+        return await aexec.open(namespace, pod, container, argv, connect_timeout=ops.exec_timeout_s)
+
     memo.runtime = Runtime(settings=ops, kube=kube, usage=UsageCache(reader),
-                           exec=exec_override or run_exec, notifier=notifier, clock=clock,
+                           exec=exec_override or run_exec,
+                           exec_open=getattr(memo, "exec_open", None) or (None if exec_override else open_exec), notifier=notifier, clock=clock,
                            events=Recorder(kube, notifier, clock, refresh_s=ops.event_refresh_s,
                                            quiet_s=ops.event_quiet_s))
     memo.reader = reader

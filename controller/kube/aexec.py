@@ -42,6 +42,7 @@ STDIN, STDOUT, STDERR, STATUS, CLOSE = 0, 1, 2, 3, 255
 MAX_OUTPUT_BYTES = 1024 * 1024
 """Default bound of what one exec call may print (stdout + stderr, bytes)."""
 STATUS_MAX = 64 * 1024
+USER_AGENT = "agentbox-controller (exec)"
 
 
 def _ssl_context(cfg: Any) -> ssl.SSLContext | bool:
@@ -181,7 +182,7 @@ class AsyncExec:
     def _sess(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self.limit, ssl=_ssl_context(self.cfg))
-            self._session = aiohttp.ClientSession(connector=connector)
+            self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": USER_AGENT})
         return self._session
 
     async def open(self, namespace: str, pod: str, container: str, argv: list[str], *,
@@ -195,11 +196,12 @@ class AsyncExec:
         argv = _check_argv(argv)
         where = f"{namespace}/{pod} container {container} ({argv[0]})"
         try:
-            ws = await self._sess().ws_connect(
-                self._url(namespace, pod, container, argv, stdin), protocols=(V5_PROTOCOL, V4_PROTOCOL),
-                headers=self._headers(), timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
-                autoping=True, max_msg_size=4 * 1024 * 1024,
-                **({"proxy": self.cfg.proxy} if getattr(self.cfg, "proxy", None) else {}))
+            async with asyncio.timeout(connect_timeout):
+                ws = await self._sess().ws_connect(
+                    self._url(namespace, pod, container, argv, stdin), protocols=(V5_PROTOCOL, V4_PROTOCOL),
+                    headers=self._headers(), timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
+                    autoping=True, max_msg_size=4 * 1024 * 1024,
+                    **({"proxy": self.cfg.proxy} if getattr(self.cfg, "proxy", None) else {}))
         except aiohttp.WSServerHandshakeError as exc:
             raise ExecError(f"exec into {where} refused (HTTP {exc.status})", reason="handshake",
                             status=exc.status) from None

@@ -577,6 +577,7 @@ class KubeEmulator:
         self.require_running = require_running
         self.journal: list[JournalEntry] = []
         self.exec_journal: list[ExecRecord] = []
+        self.exec_streams: list[tuple[str, str, str, tuple[str, ...]]] = []  # (ns, pod, container, argv) at start
         self.server_errors: list[BaseException] = []
         self.discovery = kmock.KubernetesScaffold()
         self.discovery.resources.load_data(_bundled_resources())
@@ -1392,6 +1393,7 @@ class KubeEmulator:
         ws = aiohttp.web.WebSocketResponse(protocols=_CHANNEL_PROTOCOLS, heartbeat=None)
         await ws.prepare(raw)
         protocol = ws.ws_protocol or ""
+        self.exec_streams.append((namespace, name, container, tuple(argv)))
         try:
             proc = await self.exec_handler.spawn(namespace, name, container, argv)  # type: ignore[union-attr]
         except (FileNotFoundError, PermissionError) as exc:
