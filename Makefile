@@ -25,7 +25,7 @@ tmux:
 	  else echo "install tmux with your package manager" >&2; exit 1; fi; }
 
 demo: venv
-	$(VENV)/bin/agentbox-controller demo $(if $(REAL_AGENTS),--real-agents,)
+	$(VENV)/bin/agentbox-controller demo $(if $(REAL_AGENTS),--real-agents,) $(if $(KEEP),--keep,)
 
 # The real Claude Code and Codex CLIs (versions pinned in controller/sim/real_agents.py) for the
 # real-agent tests and `make demo REAL_AGENTS=1`; installed once into .agents/, skipped without npm.

@@ -52,6 +52,9 @@ def _configure_logging(log_format: str) -> None:
 
     kopf.configure(log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL,
                    log_refkey="object" if log_format == "json" else None)
+    from controller.redact import install_log_redaction
+
+    install_log_redaction()  # every log line is masked and bounded, whoever writes it (kopf, clients, ours)
 
 
 def _run(ns: argparse.Namespace) -> int:
@@ -139,7 +142,7 @@ def _demo(ns: argparse.Namespace) -> int:
     except ImportError as exc:  # kmock is a test/demo extra
         print(f"demo needs the test extra (pip install 'agentbox-controller[test]'): {exc}", file=sys.stderr)
         return 2
-    return run_demo(real_agents=ns.real_agents, verbose=ns.verbose)
+    return run_demo(real_agents=ns.real_agents, verbose=ns.verbose, keep=ns.keep)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,9 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="log lines as timestamped text (default) or one JSON object per line")
     run.set_defaults(func=_run)
 
-    demo = sub.add_parser("demo", help="play the resume scenario against an emulated cluster (no cluster needed)")
+    demo = sub.add_parser("demo", help="play resume, rotation, an exhausted group and the reserve against an "
+                                       "emulated cluster (no cluster needed)")
     demo.add_argument("--real-agents", action="store_true", help="use the real Claude Code and Codex CLIs")
     demo.add_argument("-v", "--verbose", action="store_true", help="show operator logs")
+    demo.add_argument("--keep", action="store_true",
+                      help="leave the emulated cluster running afterwards (Ctrl-C stops it) and print how to look at it")
     demo.set_defaults(func=_demo)
 
     crds = sub.add_parser("crds", help="write the CRD YAML generated from the models")

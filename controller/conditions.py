@@ -34,12 +34,18 @@ def set_condition(conditions: list[dict[str, Any]], type_: str, status: bool | s
             continue
         found = True
         ltt = cond.get("lastTransitionTime") if cond.get("status") == value else rfc3339(now)
-        out.append({"type": type_, "status": value, "reason": reason, "message": message,
-                    "lastTransitionTime": ltt or rfc3339(now), "observedGeneration": generation})
+        out.append(_cond(type_, value, reason, message, ltt or rfc3339(now), generation))
     if not found:
-        out.append({"type": type_, "status": value, "reason": reason, "message": message,
-                    "lastTransitionTime": rfc3339(now), "observedGeneration": generation})
+        out.append(_cond(type_, value, reason, message, rfc3339(now), generation))
     return out
+
+
+def _cond(type_: str, status: str, reason: str, message: str, ltt: str, generation: int | None) -> dict[str, Any]:
+    # observedGeneration is an integer in the CRD schema: left out when unknown (a None is refused, 422).
+    cond = {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": ltt}
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    return cond
 
 
 def get_condition(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:

@@ -75,7 +75,11 @@ LOGIN_EXPIRY = _gauge("agentbox_login_expiry_timestamp_seconds", "When the subsc
                       "expires (Unix epoch seconds); the controller renews it settings.loginRefreshBeforeS earlier.",
                       ("namespace", "subscription"))
 LOGIN_REFRESHES = _counter("agentbox_login_refreshes_total", "Login refreshes the controller made at the provider's "
-                           "token endpoint, by result (ok | refused | error).", ("namespace", "subscription", "result"))
+                           "token endpoint, by result (ok | refused | error | lost).",
+                           ("namespace", "subscription", "result"))
+LOGIN_ANSWER_LOST = _gauge("agentbox_login_refresh_answer_lost", "1 while a subscription's refresh answer was "
+                           "lost: its refresh token is not sent again and the login dies when the current access "
+                           "token expires unless a human logs in again (alert on it).", ("namespace", "subscription"))
 USAGE_READS = _counter("agentbox_usage_reads_total", "Usage API reads, by provider and result (ok | error).",
                        ("provider", "result"))
 

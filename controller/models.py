@@ -102,6 +102,7 @@ class SubscriptionStatus(_Model):
     message: str | None = Field(None, description="Latest state in a sentence.")
     conditions: list[Condition] = Field(default_factory=list, description="CredentialsValid, UsageFetched.",
                                         json_schema_extra=_list_map("type"))
+    refresh_in_flight: str | None = Field(None, max_length=64, description="While the controller spends the login's refresh token: 'sha256:' + 8 hex digits of it (write-ahead). Found equal to the Secret's refresh token after a restart, it means the answer was lost: that token is never sent again (condition LoginRefreshed=False, reason RefreshAnswerLost). Never a token.")
     account: str | None = Field(None, max_length=64, description="Identity of the login's account as the provider confirmed it ('sha256:' + 16 hex digits of the provider's account ids), recorded while the Secret's login is valid; a login found in a box is adopted only when the provider names this account. Never a token.")
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
 

@@ -68,12 +68,12 @@ class _Final(Exception):
 
 
 def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
+    """Retry-After in seconds (delta or HTTP date): the shared parser, `controller.providers.retry_after`."""
+    from datetime import datetime, timezone
+
+    from controller.providers.retry_after import parse_retry_after
+
+    return parse_retry_after(value, datetime.now(timezone.utc))
 
 
 @dataclass

@@ -10,6 +10,7 @@ is itself a credential), URL query strings, and long opaque runs.
 
 from __future__ import annotations
 
+import logging
 import re
 
 MASK = "[redacted]"
@@ -71,3 +72,31 @@ def bounded(text: str, limit: int, *, mark: str = "…") -> str:
     if len(clean) <= limit:
         return clean
     return clean[: max(0, limit - len(mark))] + mark
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that masks and bounds every record's message (`bounded(..., LOG_MESSAGE_MAX)`).
+
+    Installed on the handlers of the root logger by `install_log_redaction`, so it covers the
+    controller's loggers, kopf's and the client libraries' alike.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a broken format string: leave it to the handler
+            return True
+        clean = bounded(message, LOG_MESSAGE_MAX)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        if record.exc_text:
+            record.exc_text = bounded(record.exc_text, LOG_MESSAGE_MAX * 4)
+        return True
+
+
+def install_log_redaction(logger: logging.Logger | None = None) -> None:
+    """Add one `RedactingFilter` to every handler of `logger` (default: the root logger)."""
+    target = logger or logging.getLogger()
+    for handler in target.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

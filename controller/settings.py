@@ -60,6 +60,7 @@ class Settings(BaseSettings):
     usage_min_interval_s: float = Field(5.0, gt=0, description="Shortest period between usage reads of one subscription.")
     usage_stale_s: float = Field(900.0, gt=0, description="Windows older than this make the state Unknown.")
     usage_max_age_s: float = Field(60.0, ge=0, description="A usage read younger than this is reused.")
+    exec_max_output_bytes: int = Field(1048576, ge=65536, description="Most bytes one pod exec call may print (stdout and stderr together); a box printing more gets no further than that (condition BoxOutputTooLarge).")
     exec_timeout_s: float = Field(10.0, gt=0, description="Timeout of one pod exec call.")
     anthropic_base_url: str = Field("https://api.anthropic.com", description="Anthropic usage API base URL.")
     openai_base_url: str = Field("https://chatgpt.com", description="ChatGPT usage API base URL.")

@@ -378,7 +378,8 @@ def test_alert_rules_reference_exported_metrics():
     rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
     assert {r["alert"] for r in rules} == {"AgentboxRotationGroupExhausted", "AgentboxTabNeedsHuman",
                                           "AgentboxSubscriptionDisconnected", "AgentboxUsageReadsFailing",
-                                          "AgentboxControllerAbsent", "AgentboxLoginExpiringSoon"}
+                                          "AgentboxControllerAbsent", "AgentboxLoginExpiringSoon",
+                                          "AgentboxLoginRefreshAnswerLost"}
     exported = exported_names()
     for r in rules:
         assert set(r) == {"alert", "expr", "for", "labels", "annotations"}, r["alert"]

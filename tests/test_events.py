@@ -201,3 +201,19 @@ def test_bounded_masks_before_cutting():
     assert "sk-ant" not in out and "A1b2" not in out
     assert bounded("short", 10) == "short"
     assert len(bounded("y " * 2500, 100)) == 100
+
+
+def test_log_records_are_redacted_and_bounded(caplog: pytest.LogCaptureFixture):
+    import logging
+
+    from controller.redact import LOG_MESSAGE_MAX, RedactingFilter
+
+    caplog.handler.addFilter(RedactingFilter())
+    try:
+        log = logging.getLogger("agentbox.test")
+        log.warning("refresh refused: %s", '{"error": "invalid_grant", "refresh_token": "sk-ant-ort01-abc"}')
+        log.warning("screen: %s", "x " * 5000)
+    finally:
+        caplog.handler.filters.clear()
+    assert "sk-ant-ort01" not in caplog.text and "invalid_grant" in caplog.text
+    assert len(caplog.records[1].getMessage()) <= LOG_MESSAGE_MAX

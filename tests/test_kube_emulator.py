@@ -481,3 +481,21 @@ async def test_real_kopf_operator_against_the_emulator(
     assert any(e["metadata"]["name"].startswith("kopf-event-") for e in kube.objects("v1/events"))
     assert not [e for e in kube.journal if (e.status or 0) >= 500]
     logging.getLogger(__name__).info("kopf: status patched after %.2fs, total with stop %.2fs", ready, total)
+
+
+async def test_exec_output_is_bounded_while_it_arrives(kube: KubeEmulator, box: str,
+                                                       core_v1: kubernetes.client.CoreV1Api) -> None:
+    """A box owns the binaries it runs: a `tmux` that prints 32 MiB must not reach the controller's
+    memory. The bound counts stdout and stderr together, frame by frame (issue 9, finding 6)."""
+    big = ["sh", "-c", "head -c 33554432 /dev/zero | tr '\\0' x"]
+    with pytest.raises(ExecError) as exc:
+        await apod_exec(core_v1, "default", box, "box", big, max_output=256 * 1024)
+    assert exc.value.reason == "output_too_large" and "33554432" not in str(exc.value)
+    with pytest.raises(ExecError) as exc:
+        await apod_exec(core_v1, "default", box, "box",
+                        ["sh", "-c", "head -c 200000 /dev/zero | tr '\\0' o; head -c 200000 /dev/zero | tr '\\0' e >&2"],
+                        max_output=300_000)
+    assert exc.value.reason == "output_too_large"
+    fits = await apod_exec(core_v1, "default", box, "box", ["sh", "-c", "head -c 200000 /dev/zero | tr '\\0' y"],
+                           max_output=300_000)
+    assert fits.rc == 0 and fits.stdout == "y" * 200000

@@ -257,10 +257,16 @@ def test_refresh_answers_with_unknown_keys_and_nulls():
     claude = json.dumps({"claudeAiOauth": {"accessToken": "a", "refreshToken": "r", "expiresAt": 1,
                                            "scopes": ["user:inference"], "subscriptionType": "max", "x": 1},
                          "mcpOAuth": {"k": "v"}})
+    notes: list[str] = []
     out = json.loads(apply_refresh("anthropic", claude, {"access_token": "a2", "refresh_token": None,
-                                                         "expires_in": None, "scope": None, "new": {"k": 1}}, now))
-    assert out["claudeAiOauth"] == {"accessToken": "a2", "refreshToken": "r", "expiresAt": 1,
+                                                         "expires_in": None, "scope": None, "new": {"k": 1}}, now,
+                                   notes))
+    # A missing expires_in: the new tokens are kept with a short assumed life (an old expiry kept would
+    # make the new login look due at once: a refresh loop), and a note names the field.
+    assert out["claudeAiOauth"] == {"accessToken": "a2", "refreshToken": "r",
+                                    "expiresAt": int(now.timestamp() * 1000) + 3600 * 1000,
                                     "scopes": ["user:inference"], "subscriptionType": "max", "x": 1}
+    assert len(notes) == 1 and "expires_in" in notes[0]
     assert out["mcpOAuth"] == {"k": "v"}
     with pytest.raises(RefreshError):
         apply_refresh("anthropic", claude, {"access_token": None}, now)

@@ -62,7 +62,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     aexec = memo.aexec = AsyncExec(api.configuration)
 
     async def run_exec(namespace: str, pod: str, container: str, argv: list[str], stdin: str | None = None):
-        return await aexec.run(namespace, pod, container, argv, stdin=stdin, timeout=ops.exec_timeout_s)
+        return await aexec.run(namespace, pod, container, argv, stdin=stdin, timeout=ops.exec_timeout_s,
+                               max_output=ops.exec_max_output_bytes)
 
     from controller.notify import Notifier
 

@@ -32,15 +32,13 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 
-from controller.kube.exec import ExecError, ExecResult, _check_argv, _parse_rc
+from controller.kube.exec import MAX_OUTPUT_BYTES, ExecError, ExecResult, _check_argv, _parse_rc
 
 logger = logging.getLogger("agentbox.exec")
 
 V5_PROTOCOL = "v5.channel.k8s.io"
 V4_PROTOCOL = "v4.channel.k8s.io"
 STDIN, STDOUT, STDERR, STATUS, CLOSE = 0, 1, 2, 3, 255
-MAX_OUTPUT_BYTES = 1024 * 1024
-"""Default bound of what one exec call may print (stdout + stderr, bytes)."""
 STATUS_MAX = 64 * 1024
 USER_AGENT = "agentbox-controller (exec)"
 

@@ -9,7 +9,11 @@ Security rules kept here and nowhere else:
   interpolated by accident);
 * the log (logger ``agentbox.exec``) carries namespace, pod, container, ``argv[0]``, rc and duration only —
   never stdout, stderr, the other argv items or exception text, which can all hold tokens;
-* :class:`ExecError` messages follow the same rule; the original exception is not chained.
+* :class:`ExecError` messages follow the same rule; the original exception is not chained;
+* what a command prints is bounded: stdout and stderr together may hold at most ``max_output`` bytes
+  (1 MiB by default). The box owns the binaries it runs (``tmux``, ``sh``, ``head`` are the box's), so the
+  bound is kept here, while the frames arrive, not by the command line: a larger output ends the call
+  with :class:`ExecError` reason ``"output_too_large"`` and never grows the controller.
 
 Concurrency: ``kubernetes.stream.stream`` temporarily replaces ``api_client.call_api`` on the client it is
 given, so two threads sharing an ``ApiClient`` could leave it patched.  Each call therefore builds its own
@@ -23,6 +27,8 @@ import dataclasses
 import json
 import logging
 import re
+import select
+import ssl
 import time
 from typing import Any
 
@@ -34,6 +40,11 @@ logger = logging.getLogger("agentbox.exec")
 
 _HANDSHAKE_STATUS = re.compile(r"Handshake status (\d{3})")
 _STATUS_CHANNEL = 3
+_CLOSE_CHANNEL = 255
+_STATUS_MAX = 64 * 1024
+
+MAX_OUTPUT_BYTES = 1024 * 1024
+"""Default bound of what one exec call may print (stdout + stderr, bytes)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +62,8 @@ class ExecError(Exception):
 
     ``status`` is the HTTP status of a refused handshake (404: no such pod; 400: container invalid or pod
     not running), else ``None``.  ``reason`` is a short constant: ``"handshake"``, ``"transport"``,
-    ``"timeout"``, ``"protocol"`` or the API ``reason`` of a failed status (e.g. ``"InternalError"``).
+    ``"timeout"``, ``"protocol"``, ``"output_too_large"`` or the API ``reason`` of a failed status
+    (e.g. ``"InternalError"``).
     The message names namespace, pod, container and ``argv[0]`` only.
     """
 
@@ -79,6 +91,7 @@ def pod_exec(
     *,
     stdin: str | None = None,
     timeout: float = 10.0,
+    max_output: int = MAX_OUTPUT_BYTES,
 ) -> ExecResult:
     """Run ``argv`` in ``container`` of ``namespace/pod`` (no TTY) and wait for it to finish.
 
@@ -86,10 +99,11 @@ def pod_exec(
     :param stdin: text written to the command's stdin, then stdin is closed (v5 protocol; on a v4-only
         server the close signal does not exist and the server decides when stdin ends).
     :param timeout: seconds for the whole call (connect excluded: bounded by the OS on loopback/cluster).
+    :param max_output: most bytes stdout and stderr may hold together.
     :returns: :class:`ExecResult` with decoded stdout/stderr and the exit code.
     :raises TypeError: argv is a ``str`` or holds non-``str`` items.
-    :raises ExecError: the pod is missing, the handshake is refused, the connection fails, or the
-        command does not finish within ``timeout``.
+    :raises ExecError: the pod is missing, the handshake is refused, the connection fails, the
+        command does not finish within ``timeout``, or it prints more than ``max_output`` bytes.
     """
     argv = _check_argv(argv)
     where = f"{namespace}/{pod} container {container} ({argv[0]})"
@@ -116,12 +130,7 @@ def pod_exec(
             if stdin is not None:
                 ws.write_stdin(stdin.encode())
                 ws.close_channel(0)
-            ws.run_forever(timeout=max(0.001, timeout - (time.monotonic() - started)))
-            if ws.is_open():
-                raise ExecError(f"exec into {where} timed out after {timeout}s", reason="timeout")
-            out = ws.read_channel(1)
-            err = ws.read_channel(2)
-            raw_status = ws.read_channel(_STATUS_CHANNEL)
+            out, err, raw_status = _collect(ws, started + timeout, max_output, where, timeout)
         except ExecError:
             raise
         except Exception as exc:
@@ -150,10 +159,58 @@ async def apod_exec(
     *,
     stdin: str | None = None,
     timeout: float = 10.0,
+    max_output: int = MAX_OUTPUT_BYTES,
 ) -> ExecResult:
     """:func:`pod_exec` in a worker thread (``asyncio.to_thread``); same parameters, result and errors."""
     argv = _check_argv(argv)  # fail fast in the caller's frame
-    return await asyncio.to_thread(pod_exec, api, namespace, pod, container, argv, stdin=stdin, timeout=timeout)
+    return await asyncio.to_thread(pod_exec, api, namespace, pod, container, argv, stdin=stdin, timeout=timeout,
+                                   max_output=max_output)
+
+
+def _readable(ws: Any, wait_s: float) -> bool:
+    sock = ws.sock.sock
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True  # frames already decrypted into the SSL buffer are invisible to poll()
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    try:
+        return bool(poll.poll(max(0.0, wait_s) * 1000))
+    finally:
+        poll.unregister(sock)
+
+
+def _collect(ws: Any, deadline: float, max_output: int, where: str, timeout: float) -> tuple[bytes, bytes, bytes]:
+    """Read the channel frames until the server closes, counting bytes as they arrive (the client's
+    own ``run_forever`` keeps everything, twice). Returns (stdout, stderr, status channel)."""
+    from websocket import ABNF
+
+    chans = {1: bytearray(), 2: bytearray(), _STATUS_CHANNEL: bytearray()}
+    printed = 0
+    while ws.sock is not None and ws.sock.connected:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ExecError(f"exec into {where} timed out after {timeout}s", reason="timeout")
+        if not _readable(ws, min(remaining, 0.5)):
+            continue
+        op_code, frame = ws.sock.recv_data_frame(True)
+        if op_code == ABNF.OPCODE_CLOSE:
+            break
+        if op_code not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT):
+            continue
+        data = frame.data if isinstance(frame.data, (bytes, bytearray)) else str(frame.data).encode()
+        if not data or data[0] == _CLOSE_CHANNEL:
+            continue
+        channel, payload = data[0], data[1:]
+        if channel in (1, 2):
+            printed += len(payload)
+            if printed > max_output:
+                raise ExecError(f"exec into {where} printed more than {max_output} bytes",
+                                reason="output_too_large")
+        elif channel == _STATUS_CHANNEL and len(chans[channel]) + len(payload) > _STATUS_MAX:
+            raise ExecError(f"exec into {where}: oversized exit status", reason="protocol")
+        if channel in chans:
+            chans[channel] += payload
+    return bytes(chans[1]), bytes(chans[2]), bytes(chans[_STATUS_CHANNEL])
 
 
 def _close_quietly(ws: Any) -> None:

@@ -30,7 +30,8 @@ from controller.providers.credentials import InvalidLogin, Login, parse_login
 
 __all__ = [
     "ANTHROPIC_CLIENT_ID", "DEFAULT_ANTHROPIC_TOKEN_URL", "DEFAULT_OPENAI_TOKEN_URL", "OPENAI_CLIENT_ID",
-    "RefreshError", "RefreshRefused", "RefreshUnavailable", "apply_refresh", "refresh_login",
+    "KNOWN_ERROR_CODES", "RefreshError", "RefreshLost", "RefreshRefused", "RefreshUnavailable", "apply_refresh",
+    "refresh_login",
 ]
 
 DEFAULT_ANTHROPIC_TOKEN_URL = "https://platform.claude.com/v1/oauth/token"
@@ -56,7 +57,51 @@ class RefreshRefused(RefreshError):
 
 
 class RefreshUnavailable(RefreshError):
-    """5xx, 429, timeout or connection error: try again later with the same refresh token."""
+    """The provider answered 5xx or 429, or could not be reached at all (connection refused, connect
+    timeout): the refresh token was not spent; try again later with it. ``retry_after_s``: the
+    provider's ``Retry-After`` in seconds (shared parser), or None."""
+
+    def __init__(self, message: str, status: int | None = None, retry_after_s: float | None = None) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message, status)
+
+
+class RefreshLost(RefreshError):
+    """The request reached the provider but no usable answer came back (timeout after sending, the
+    connection dropped, a 200 whose body is not a usable token answer). The provider may have spent the
+    refresh token: it must never be sent again (a second use revokes the whole chain)."""
+
+
+# OAuth 2.0 (RFC 6749 §5.2) error codes and the providers' own ones (field-pitfalls §9). Anything else a
+# token endpoint answers is reported as "unrecognized error code", never echoed.
+KNOWN_ERROR_CODES = frozenset({
+    "invalid_request", "invalid_client", "invalid_grant", "unauthorized_client", "unsupported_grant_type",
+    "invalid_scope", "access_denied", "server_error", "temporarily_unavailable",
+    "refresh_token_reused", "refresh_token_expired", "refresh_token_invalidated", "token_expired",
+    "token_revoked", "rate_limit_exceeded",
+})
+
+MAX_EXPIRES_IN_S = 366 * 24 * 3600
+"""Longest access-token lifetime believed from a token answer (seconds)."""
+FALLBACK_EXPIRES_IN_S = 3600
+"""Lifetime assumed when a token answer's ``expires_in`` is missing or unusable (short on purpose: an
+early refresh costs one call, a late one logs every box out)."""
+
+
+def _expires_in(value: Any) -> float | None:
+    """``expires_in`` as seconds when it is a finite number (or a decimal string) in 1..MAX_EXPIRES_IN_S."""
+    import math
+
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 12:
+        value = int(value.strip())
+    if not isinstance(value, (int, float)):
+        return None
+    secs = float(value)
+    if not math.isfinite(secs) or secs < 1 or secs > MAX_EXPIRES_IN_S:
+        return None
+    return secs
 
 
 def _where(url: str) -> str:
@@ -65,8 +110,14 @@ def _where(url: str) -> str:
     return f"{host}{':' + str(parts.port) if parts.port else ''}{parts.path}"
 
 
-def apply_refresh(provider: str, text: str, answer: dict[str, Any], now: datetime) -> str:
+def apply_refresh(provider: str, text: str, answer: dict[str, Any], now: datetime,
+                  notes: list[str] | None = None) -> str:
     """The login file ``text`` with the token endpoint's ``answer`` applied; every other field kept.
+
+    Numbers are validated: an ``expires_in`` that is not a finite number of seconds within
+    1..`MAX_EXPIRES_IN_S` (``1e999``, negative, NaN, ``"soon"``) or is missing never throws the new
+    tokens away: the login gets ``expiresAt`` = now + `FALLBACK_EXPIRES_IN_S` and a note naming the
+    field is appended to ``notes`` (the caller reports it).
 
     Raises:
         RefreshError: the answer lacks an access token (or the new file does not parse).
@@ -81,9 +132,13 @@ def apply_refresh(provider: str, text: str, answer: dict[str, Any], now: datetim
         oauth["accessToken"] = access
         if isinstance(refresh, str) and refresh:
             oauth["refreshToken"] = refresh
-        expires_in = answer.get("expires_in")
-        if isinstance(expires_in, (int, float)) and not isinstance(expires_in, bool) and expires_in > 0:
-            oauth["expiresAt"] = int(now.timestamp() * 1000 + float(expires_in) * 1000)
+        expires_in = _expires_in(answer.get("expires_in"))
+        if expires_in is None:
+            expires_in = float(FALLBACK_EXPIRES_IN_S)
+            if notes is not None:
+                notes.append(f"{provider} token answer field expires_in is missing or not a number of seconds "
+                             f"within 1..{MAX_EXPIRES_IN_S}; assumed {FALLBACK_EXPIRES_IN_S} s")
+        oauth["expiresAt"] = int(now.timestamp() * 1000 + expires_in * 1000)
         scope = answer.get("scope")
         if isinstance(scope, str) and scope.strip():
             oauth["scopes"] = scope.split()
@@ -107,14 +162,20 @@ def apply_refresh(provider: str, text: str, answer: dict[str, Any], now: datetim
 
 
 async def refresh_login(session: aiohttp.ClientSession, provider: str, text: str, login: Login, *,
-                        token_url: str, now: datetime, timeout_s: float = 15.0) -> str:
+                        token_url: str, now: datetime, timeout_s: float = 15.0,
+                        notes: list[str] | None = None) -> str:
     """Spend ``login``'s refresh token once; returns the new login file text (same format as ``text``).
 
+    Args:
+        notes: if given, receives a sentence per token-answer field that was unusable and replaced
+            (see `apply_refresh`); never a value.
     Raises:
         RefreshRefused: 400/401/403 (the login cannot be renewed with this refresh token).
-        RefreshUnavailable: 5xx, 429, timeout, connection error (the refresh token may or may not have
-            been spent: a retry with it is what the agents do too).
-        RefreshError: the login has no refresh token, or the answer is not usable.
+        RefreshUnavailable: 5xx, 429, or the provider was not reached (the token was not spent: a
+            retry with it is safe), with the provider's ``Retry-After``.
+        RefreshLost: the request may have reached the provider and no usable answer came back: the
+            token may be spent and must not be sent again.
+        RefreshError: the login has no refresh token.
     """
     if not login.refresh_token:
         raise RefreshError(f"{provider} login has no refresh token")
@@ -126,34 +187,48 @@ async def refresh_login(session: aiohttp.ClientSession, provider: str, text: str
         body = {"client_id": OPENAI_CLIENT_ID, "grant_type": "refresh_token",
                 "refresh_token": login.refresh_token, "scope": OPENAI_SCOPE}
     where = _where(token_url)
+    from controller.providers.retry_after import parse_retry_after
+
+    timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(5.0, timeout_s))
     try:
         async with session.post(token_url, json=body, headers={"Accept": "application/json"},
-                                timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False) as resp:
+                                timeout=timeout, allow_redirects=False) as resp:
             status = resp.status
-            raw = await resp.read()
-    except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
-        raise RefreshUnavailable(f"{provider} token refresh timed out ({where})") from None
-    except aiohttp.ClientError as exc:
-        raise RefreshUnavailable(f"{provider} token refresh failed: {type(exc).__name__} ({where})") from None
+            retry_after = parse_retry_after(resp.headers.get("Retry-After"), now)
+            raw = await resp.content.read(_MAX_ANSWER + 1)
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+        # Never connected: the request did not reach the provider, the token is not spent.
+        raise RefreshUnavailable(f"{provider} token endpoint not reached: {type(exc).__name__} ({where})") from None
+    except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+        raise RefreshLost(f"{provider} token refresh answer lost: {type(exc).__name__} ({where})") from None
     if status in (400, 401, 403):
         code = _error_code(raw)
         raise RefreshRefused(f"{provider} token endpoint refused the refresh token: HTTP {status}"
                              f"{' ' + code if code else ''} ({where})", status)
     if status == 429 or status >= 500:
-        raise RefreshUnavailable(f"{provider} token refresh failed: HTTP {status} ({where})", status)
+        raise RefreshUnavailable(f"{provider} token refresh failed: HTTP {status} ({where})", status, retry_after)
     if status != 200:
-        raise RefreshError(f"{provider} token refresh failed: HTTP {status} ({where})", status)
+        raise RefreshUnavailable(f"{provider} token refresh failed: HTTP {status} ({where})", status, retry_after)
     try:
-        answer = json.loads(raw)
+        answer = json.loads(raw) if len(raw) <= _MAX_ANSWER else None
     except ValueError:
-        raise RefreshUnavailable(f"{provider} token endpoint answered non-JSON ({where})", status) from None
+        answer = None
     if not isinstance(answer, dict):
-        raise RefreshUnavailable(f"{provider} token endpoint answered a non-object ({where})", status)
-    return apply_refresh(provider, text, answer, now)
+        raise RefreshLost(f"{provider} token endpoint answered 200 without a JSON object ({where})", status)
+    try:
+        return apply_refresh(provider, text, answer, now, notes)
+    except RefreshError as exc:
+        # A 200 means the provider took the token; an unusable answer loses the new one.
+        raise RefreshLost(f"{exc} ({where})", status) from None
+
+
+_MAX_ANSWER = 262144  # bytes of a token answer read at most
 
 
 def _error_code(raw: bytes) -> str:
-    """The provider's short error code (``invalid_grant``, ``refresh_token_reused``…), never free text."""
+    """The provider's error code when it is one of `KNOWN_ERROR_CODES` (``invalid_grant``,
+    ``refresh_token_reused``…); "(unrecognized error code)" for any other value; "" without one.
+    Never the provider's text: it ends up in Events and status."""
     try:
         body = json.loads(raw)
     except ValueError:
@@ -162,6 +237,6 @@ def _error_code(raw: bytes) -> str:
         return ""
     err = body.get("error")
     code = err.get("code") if isinstance(err, dict) else err
-    if isinstance(code, str) and code.replace("_", "").isalnum() and len(code) < 64:
-        return code
-    return ""
+    if not isinstance(code, str) or not code:
+        return ""
+    return code if code in KNOWN_ERROR_CODES else "(unrecognized error code)"

@@ -15,7 +15,6 @@ query strings — and exceptions are raised ``from None`` so no aiohttp request 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from controller import __version__
 from controller.domain.types import Usage
+from controller.providers.retry_after import parse_retry_after
 from controller.providers.credentials import Login
 from controller.providers.parse import UsageParseError, parse_anthropic_usage, parse_openai_usage
 
@@ -96,23 +96,8 @@ class _Transient(Exception):
 
 
 def _retry_after(value: str | None, now: datetime) -> float | None:
-    """Retry-After as seconds: delta-seconds or an HTTP date (relative to ``now``); None if absent/invalid."""
-    if value is None:
-        return None
-    v = value.strip()
-    try:
-        return max(0.0, float(v))
-    except ValueError:
-        pass
-    try:
-        dt = email.utils.parsedate_to_datetime(v)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if dt is None:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return max(0.0, (dt - now).total_seconds())
+    """Retry-After as seconds (the shared parser, `controller.providers.retry_after`)."""
+    return parse_retry_after(value, now)
 
 
 @dataclass(frozen=True)

@@ -63,18 +63,29 @@ async def print_notice(exec_fn: ExecFn, pane_id: str, text: str) -> None:
         raise BoxFileError(f"printing the notice exited {res.rc}")
 
 
+# Box files are untrusted and may be huge (a 32 MiB line): every read is cut in the box to one byte
+# more than STRUCTURED_MAX, and a longer answer counts as no data. The exec layer bounds the output too
+# (exec_max_output_bytes), in case the box's own `head` does not.
+STRUCTURED_MAX = 65536
+"""Longest statusline file, rollout line or transcript line read from a box (bytes)."""
+
 # The statusline helper of the box image saves Claude Code's statusline stdin here.
 STATUSLINE_PATH = ".agentbox/statusline.json"
-_STATUSLINE = 'f="$HOME/$1"; [ -f "$f" ] || exit 3; stat -c %Y "$f" && head -c 65536 "$f"'
-# The newest Codex rollout file's last token_count event.
+_STATUSLINE = 'f="$HOME/$1"; [ -f "$f" ] || exit 3; stat -c %Y "$f" && head -c 65537 "$f"'
+# The newest Codex rollout file's last token_count event, from the file's last 4 MiB.
 _ROLLOUT = ('f=$(ls -t "$HOME"/.codex/sessions/*/*/*/rollout-*.jsonl 2>/dev/null | head -n 1); '
-            '[ -n "$f" ] || exit 3; grep -F \'"token_count"\' "$f" | tail -n 1')
+            '[ -n "$f" ] || exit 3; tail -c 4194304 "$f" | grep -F \'"token_count"\' | tail -n 1 | head -c 65537')
 
 
 # The newest Claude Code transcript's API error entries (a usage-limit 429 is recorded with
 # `apiErrorParams.rate_limit_info`, the shape of stream-json's rate_limit_event; Claude Code 2.1.328).
 _TRANSCRIPT = ('f=$(ls -t "$HOME"/.claude/projects/*/*.jsonl 2>/dev/null | head -n 1); '
-               '[ -n "$f" ] || exit 3; tail -n 400 "$f" | grep -F \'"isApiErrorMessage":true\' | tail -n 1')
+               '[ -n "$f" ] || exit 3; tail -c 4194304 "$f" | tail -n 400 | grep -F \'"isApiErrorMessage":true\' '
+               '| tail -n 1 | head -c 65537')
+
+
+def _fits(text: str) -> bool:
+    return len(text.encode("utf-8", "replace")) <= STRUCTURED_MAX
 
 
 def transcript_usage(line: str, read_at: datetime) -> Usage | None:
@@ -108,7 +119,7 @@ async def read_structured(exec_fn: ExecFn, agent: str, now: datetime) -> tuple[U
 
     if agent == "claude-code":
         res = await exec_fn(["sh", "-c", _STATUSLINE, "sh", STATUSLINE_PATH])
-        if res.rc == 0:
+        if res.rc == 0 and _fits(res.stdout.partition("\n")[2]):
             first, _, rest = res.stdout.partition("\n")
             try:
                 read_at = datetime.fromtimestamp(int(first.strip()), timezone.utc)
@@ -118,12 +129,12 @@ async def read_structured(exec_fn: ExecFn, agent: str, now: datetime) -> tuple[U
             except (ValueError, UsageParseError):
                 pass
         res = await exec_fn(["sh", "-c", _TRANSCRIPT, "sh"])
-        if res.rc == 0 and res.stdout.strip():
+        if res.rc == 0 and res.stdout.strip() and _fits(res.stdout):
             return transcript_usage(res.stdout.strip().splitlines()[-1], now), "transcript"
         return None, "statusline"
     if agent == "codex":
         res = await exec_fn(["sh", "-c", _ROLLOUT, "sh"])
-        if res.rc != 0 or not res.stdout.strip():
+        if res.rc != 0 or not res.stdout.strip() or not _fits(res.stdout):
             return None, "rollout"
         try:
             return parse_token_count(json.loads(res.stdout.strip().splitlines()[-1])), "rollout"

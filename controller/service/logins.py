@@ -56,6 +56,7 @@ KEY_OF = {"anthropic": "credentials.json", "openai": "auth.json"}
 _REPLACE = ('umask 077; f="$HOME/$1"; [ -f "$f" ] || exit 4; cat > "$f.agentbox-tmp" '
             '&& mv -f "$f.agentbox-tmp" "$f"')
 _READ = 'f="$HOME/$1"; [ -f "$f" ] || exit 4; head -c 262144 "$f"'
+IN_FLIGHT_KEY = "refreshInFlight"  # status: "sha256:<8 hex>" of the refresh token being spent (write-ahead)
 _UNDECIDED = "undecided"   # a login in a box could not be checked with the provider (yet)
 
 
@@ -103,6 +104,9 @@ class LoginKeeper:
     refused_fp: str | None = None          # refresh token the provider refused (no retry until it changes)
     lifetime_s: float | None = None        # observed access token lifetime (after our first refresh)
     unsynced: set[str] = field(default_factory=set)   # boxes whose push failed
+    refused_msg: str | None = None
+    lost_fp: str | None = None             # refresh token whose answer was lost (never sent again)
+    _marker_checked: bool = False
     refreshes: int = 0
     adopted: int = 0
     identity_fp: str | None = None         # access token whose account identity is recorded in status.account
@@ -117,12 +121,14 @@ class LoginKeeper:
     # ------------------------------------------------------------------ the tick
     async def tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
         """Refresh / adopt / propagate as due. Never raises: trouble (API server, pods) is logged and
-        retried after ``login_retry_s`` with the current login kept for the usage read."""
+        retried after ``login_retry_s`` with the current login kept for the usage read (none while the
+        provider refuses this login: the subscription stays Disconnected)."""
         try:
             return await self._tick(spec, login, status)
         except Exception as exc:  # noqa: BLE001
             log.warning("Subscription %s: login keeping failed (%s); retrying", self.marker, type(exc).__name__)
-            return KeepResult(login, status, self.rt.settings.login_retry_s)
+            refused = self.refused_fp is not None and token_fingerprint(login.refresh_token) == self.refused_fp
+            return KeepResult(None if refused else login, status, self.rt.settings.login_retry_s)
 
     async def _tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
         st = self.rt.settings
@@ -136,18 +142,34 @@ class LoginKeeper:
         if text is None:
             return KeepResult(login, status, far)
         gen = status.get("observedGeneration")
-        status = await self._record_identity(provider, login, status, now)
         fp = token_fingerprint(login.refresh_token)
+        if not self._marker_checked:
+            # A refresh marked in flight by an earlier run whose answer never reached the Secret: the
+            # provider may have spent the token; it is never sent again (a second use revokes the chain).
+            self._marker_checked = True
+            if status.get(IN_FLIGHT_KEY) == f"sha256:{fp}":
+                self._answer_lost(fp, ref, "the controller stopped while a login refresh was in flight")
+        status = await self._record_identity(provider, login, status, now)
         if self.refused_fp is not None:
             if fp == self.refused_fp:
-                # Refused earlier and the Secret did not change: stay Disconnected; still look for a
-                # box that holds a newer login (an agent that refreshed by itself).
+                # Refused earlier and the Secret did not change: stay Disconnected (rewritten every
+                # pass until the API server has it); still look for a box that holds a newer login of
+                # this account (an agent that refreshed by itself).
                 adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
                 if not isinstance(adopted, tuple):
+                    status = await self._disconnected(status, ref, now, gen)
                     return KeepResult(None, status, far)
                 login, text = adopted
             self.refused_fp = None
             self.failures, self.retry_at = 0, None
+        if self.lost_fp is not None:
+            if fp == self.lost_fp:
+                adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
+                if not isinstance(adopted, tuple):
+                    return KeepResult(login, self._lost_status(login, status, ref, now, gen), far)
+                login, text = adopted
+            self.lost_fp = None   # the Secret holds another login now (a human logged in again, or adopted)
+            metrics.LOGIN_ANSWER_LOST.labels(self.namespace, self.name).set(0)
         due = self._due_at(login)
         if now >= due and (self.retry_at is None or now >= self.retry_at):
             adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
@@ -164,23 +186,20 @@ class LoginKeeper:
                                   max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
             else:
                 outcome = await self._refresh(provider, login, text, ref, now)
-                metrics.LOGIN_REFRESHES.labels(self.namespace, self.name, "refused" if isinstance(outcome, str)
-                                               else "error" if outcome is None else "ok").inc()
-                if isinstance(outcome, str):          # refused: Disconnected
-                    conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
-                                          "RefreshRefused", outcome, now, gen)
-                    conds = set_condition(conds, C.COND_CREDENTIALS_VALID, False, "RefreshRefused",
-                                          "The provider refused to renew the login; update the login Secret "
-                                          f"{ref.name!r}", now, gen)
-                    await self._patch({"state": "Disconnected", "conditions": conds,
-                                       "message": "Login refresh refused by the provider"})
-                    return KeepResult(None, {**status, "conditions": conds, "state": "Disconnected"}, far)
-                if outcome is None:                    # unavailable: keep the old login, retry later
+                metrics.LOGIN_REFRESHES.labels(self.namespace, self.name, outcome if isinstance(outcome, str)
+                                               else "ok").inc()
+                if outcome == "refused":              # Disconnected
+                    status = await self._disconnected(status, ref, now, gen)
+                    return KeepResult(None, status, far)
+                if outcome == "lost":                 # keep the current access token until it expires
+                    return KeepResult(login, self._lost_status(login, status, ref, now, gen), far)
+                if outcome == "error":                # unavailable: keep the old login, retry later
                     conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
                                           "RefreshFailed", f"Login refresh failed {self.failures} time(s); "
                                           "retrying, the current login stays in use", now, gen)
                     return KeepResult(login, {**status, "conditions": conds},
                                       max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
+                assert isinstance(outcome, tuple)
                 login, text = outcome
         elif self.unsynced:
             await self.propagate(provider, text, only=set(self.unsynced))
@@ -197,6 +216,47 @@ class LoginKeeper:
         if login.expires_at is not None:
             metrics.LOGIN_EXPIRY.labels(self.namespace, self.name).set(login.expires_at.timestamp())
         return KeepResult(login, {**status, "conditions": conds}, max(0.5, min(delay, far)))
+
+    async def _disconnected(self, status: dict[str, Any], ref: Any, now: datetime, gen: Any) -> dict[str, Any]:
+        """The refused state, written whenever the stored status differs (level-triggered: a failed
+        patch is repeated at the next pass, so the Subscription never shows Available with a dead login).
+
+        Raises:
+            the API error of a failed patch (the tick retries after ``login_retry_s``).
+        """
+        msg = self.refused_msg or f"The provider refused to renew the login; update the login Secret {ref.name!r}"
+        current = status.get("conditions") or []
+        conds = set_condition(current, COND_LOGIN_REFRESHED, False, "RefreshRefused", msg, now, gen)
+        conds = set_condition(conds, C.COND_CREDENTIALS_VALID, False, "RefreshRefused",
+                              f"The provider refused to renew the login; update the login Secret {ref.name!r}",
+                              now, gen)
+        want = {"state": "Disconnected", "conditions": conds, "message": "Login refresh refused by the provider"}
+        if (status.get("state") != "Disconnected" or conds != current or status.get(IN_FLIGHT_KEY)
+                or status.get("message") != want["message"]):
+            await self._patch({**want, IN_FLIGHT_KEY: None})
+            metrics.set_subscription_state(self.namespace, self.name, "Disconnected")
+        return {**status, **want, IN_FLIGHT_KEY: None}
+
+    def _answer_lost(self, fp: str, ref: Any, why: str) -> None:
+        """Enter the answer-lost state for refresh token ``fp``: one Warning Event, the metric set."""
+        if self.lost_fp == fp:
+            return
+        self.lost_fp = fp
+        metrics.LOGIN_ANSWER_LOST.labels(self.namespace, self.name).set(1)
+        self.post_event("Warning", "RefreshAnswerLost",
+                        f"The answer to a login refresh was lost ({why}); the provider may have spent the refresh "
+                        "token, so it is not sent again. The current access token stays in use until it expires: "
+                        f"log in again and update the login Secret {ref.name!r} before then")
+        log.warning("Subscription %s: refresh answer lost (%s); refresh token sha256:%s is not sent again",
+                    self.marker, why, fp)
+
+    def _lost_status(self, login: Login, status: dict[str, Any], ref: Any, now: datetime, gen: Any) -> dict[str, Any]:
+        until = f"{login.expires_at:%Y-%m-%d %H:%M:%S} UTC" if login.expires_at else "it expires"
+        conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False, "RefreshAnswerLost",
+                              "The answer to a login refresh was lost; its refresh token is not sent again (a "
+                              f"second use revokes every copy). The current access token works until {until}: "
+                              f"log in again and update the login Secret {ref.name!r}", now, gen)
+        return {**status, "conditions": conds}
 
     def due_in(self, login: Login | None) -> float:
         """Seconds until ``login`` is due for a refresh (inf without a refresh token or expiry)."""
@@ -217,43 +277,78 @@ class LoginKeeper:
 
     # ------------------------------------------------------------------ refresh
     async def _refresh(self, provider: str, login: Login, text: str, ref: Any,
-                       now: datetime) -> tuple[Login, str] | str | None:
-        """(login, text) on success; a message when refused; None when unavailable (retry later)."""
+                       now: datetime) -> tuple[Login, str] | str:
+        """Spend the refresh token once. (login, text) on success; "refused" (Disconnected), "lost" (the
+        answer did not arrive: never resent) or "error" (not spent: retried after the backoff or the
+        provider's Retry-After, whichever is longer).
+
+        Write-ahead: ``status.refreshInFlight`` holds the token's fingerprint while the request is out, so
+        a controller that dies before storing the answer never sends the token again after a restart.
+        """
         import aiohttp
 
-        from controller.providers.oauth import RefreshError, RefreshRefused, RefreshUnavailable, refresh_login
+        from controller.providers.oauth import (RefreshError, RefreshLost, RefreshRefused, RefreshUnavailable,
+                                                refresh_login)
 
         st = self.rt.settings
         url = st.anthropic_token_url if provider == "anthropic" else st.openai_token_url
+        fp = token_fingerprint(login.refresh_token)
+        await self._patch({IN_FLIGHT_KEY: f"sha256:{fp}"})   # fails: nothing sent, the tick retries
+        notes: list[str] = []
         try:
             if self.session is not None:
-                new_text = await refresh_login(self.session, provider, text, login, token_url=url, now=now)
+                new_text = await refresh_login(self.session, provider, text, login, token_url=url, now=now,
+                                               notes=notes)
             else:  # refreshes are rare: a session per refresh, nothing left open when the daemon stops
                 async with aiohttp.ClientSession() as session:
-                    new_text = await refresh_login(session, provider, text, login, token_url=url, now=now)
+                    new_text = await refresh_login(session, provider, text, login, token_url=url, now=now,
+                                                   notes=notes)
         except RefreshRefused as exc:
-            self.refused_fp = token_fingerprint(login.refresh_token)
-            msg = f"The provider refused to renew the login ({exc}); update the login Secret {ref.name!r}"
-            self.post_event("Warning", "LoginRefreshRefused", msg)
+            self.refused_fp = fp
+            self.refused_msg = f"The provider refused to renew the login ({exc}); update the login Secret {ref.name!r}"
+            self.post_event("Warning", "LoginRefreshRefused", self.refused_msg)
             log.warning("Subscription %s: %s", self.marker, exc)
-            return msg
+            return "refused"
+        except RefreshLost as exc:
+            self._answer_lost(fp, ref, str(exc))
+            return "lost"
         except (RefreshUnavailable, RefreshError) as exc:
+            from datetime import timedelta
+
             backoff = self._backoff(login, now)
+            wait = getattr(exc, "retry_after_s", None)
+            if wait is not None and wait > backoff:
+                # The provider said when: honoured in full (the current login stays in use meanwhile).
+                backoff = wait
+                self.retry_at = now + timedelta(seconds=wait)
             log.warning("Subscription %s: %s; retry in %.0f s", self.marker, exc, backoff)
             if self.failures == 1:
                 self.post_event("Warning", "LoginRefreshFailed", f"{exc}; retrying, the current login stays in use")
-            return None
+            await self._clear_in_flight()
+            return "error"
         self.failures, self.retry_at = 0, None
         new = parse_login(provider, new_text)
         if new.expires_at is not None:
             self.lifetime_s = max(1.0, (new.expires_at - now).total_seconds())
         self.refreshes += 1
+        self.identity_fp = new.fingerprint   # same chain, same account
         new_text = self._mark(provider, new_text)
         await self._store(ref, new_text)
+        await self._clear_in_flight()
+        for note in notes:
+            self.post_event("Warning", "TokenAnswerInvalid", note)
         await self.propagate(provider, new_text)
         log.info("Subscription %s: login refreshed (token sha256:%s), pushed to %d box(es)", self.marker,
                  new.fingerprint, len(self._last_boxes))
         return new, new_text
+
+    async def _clear_in_flight(self) -> None:
+        """Remove the write-ahead mark (best effort: a mark left behind names a token no longer in the
+        Secret after a success, and only makes a restarted controller cautious after a failure)."""
+        try:
+            await self._patch({IN_FLIGHT_KEY: None})
+        except Exception as exc:  # noqa: BLE001
+            log.warning("Subscription %s: clearing refreshInFlight failed (%s)", self.marker, type(exc).__name__)
 
     def _backoff(self, login: Login, now: datetime) -> float:
         """Count a failure and set ``retry_at``: doubling from ``login_retry_s`` up to 10 minutes, never

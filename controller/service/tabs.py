@@ -130,6 +130,7 @@ class BoxWatcher:
             settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
         )
         self._pattern_errors: set[str] = set()   # invalid user patterns already reported
+        self._output_problem: str | None = None  # the box printed more than exec_max_output_bytes
         self.current: str | None = None          # subscription the box runs on (status.subscription)
         self.next_sub: str | None = None
         self.group_exhausted = False
@@ -200,8 +201,20 @@ class BoxWatcher:
                                      session=False)
             return s.scan_interval_s
         except Exception as exc:  # noqa: BLE001 - exec transport errors: retry at the next scan
+            if getattr(exc, "reason", None) == "output_too_large":
+                # What the box prints is bounded (controller/kube/exec.py): too many tabs, a huge window,
+                # or a tmux that floods. Reported once; watched again when it prints less.
+                problem = (f"the box printed more than {s.exec_max_output_bytes} bytes when its tabs were "
+                           "captured (too many tabs or a very large window); its tabs are not watched until "
+                           "it prints less")
+                if self._output_problem != problem:
+                    self._output_problem = problem
+                    self.post_event("Warning", C.R_BOX_OUTPUT_TOO_LARGE, problem)
+                await self._write_status(body, spec, [], problem, problem_reason=C.R_BOX_OUTPUT_TOO_LARGE)
+                return s.scan_interval_s
             log.warning("Box %s/%s: exec failed (%s)", self.namespace, self.name, type(exc).__name__)
             return s.scan_interval_s
+        self._output_problem = None
 
         annotations = (body.get("metadata") or {}).get("annotations") or {}
         now = self.rt.clock()
@@ -544,7 +557,7 @@ class BoxWatcher:
                 msg = str(exc)
                 errors.add(msg)
                 if msg not in self._pattern_errors:  # once per pattern while it stays broken, not per scan
-                    self.post_event("Warning", "InvalidPattern", msg)
+                    self.post_event("Warning", C.R_INVALID_PATTERN, msg)
         self._pattern_errors = errors
         return out
 
@@ -788,7 +801,7 @@ class BoxWatcher:
                                             {"conditions": new, "state": state})
 
     async def _write_status(self, body: dict[str, Any], spec: AgentBoxSpec, tabs: list[Any] | None,
-                            problem: str | None, session: bool = True) -> None:
+                            problem: str | None, session: bool = True, problem_reason: str | None = None) -> None:
         """Patch status.tabs, state, resumeAt and the RateLimited/NeedsAttention conditions when changed."""
         records = list((self.records or {}).values())
         tab_status = [record_to_status(r, self.tab_ids.get(r.name)) for r in records]
@@ -806,11 +819,17 @@ class BoxWatcher:
             conds = set_condition(conds, C.COND_RATE_LIMITED, False, C.R_NONE_LIMITED, "No tab is rate limited", now, gen)
         if attention or problem:
             msg = problem or "; ".join(f"tab {r.name}: {r.message}" for r in attention)
-            reason = C.R_RESUME_FAILED if attention else (C.R_SUBSCRIPTION_NOT_FOUND if problem == self.sub_problem
-                                                          else "TmuxMissing")
+            reason = C.R_RESUME_FAILED if attention else (problem_reason or (
+                C.R_SUBSCRIPTION_NOT_FOUND if problem == self.sub_problem else "TmuxMissing"))
             conds = set_condition(conds, C.COND_NEEDS_ATTENTION, True, reason, msg, now, gen)
         else:
             conds = set_condition(conds, C.COND_NEEDS_ATTENTION, False, C.R_ALL_CLEAR, "No tab needs a human", now, gen)
+        if self._pattern_errors:
+            conds = set_condition(conds, C.COND_INVALID_PATTERNS, True, C.R_INVALID_PATTERN,
+                                  "; ".join(sorted(self._pattern_errors)) + " (the pattern is ignored)", now, gen)
+        elif spec.detection.patterns or any(c.get("type") == C.COND_INVALID_PATTERNS for c in conds):
+            conds = set_condition(conds, C.COND_INVALID_PATTERNS, False, "PatternsCompile",
+                                  "Every spec.detection.patterns[] regex compiles", now, gen)
         if self.reserved:
             conds = set_condition(conds, C.COND_RESERVED, True, "ReserveReached", self.reserved, now, gen)
         else:

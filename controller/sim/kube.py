@@ -283,6 +283,17 @@ class ExecRecord:
     protocol: str
 
 
+@dataclasses.dataclass
+class Fault:
+    """A scripted API-server failure (`KubeEmulator.fail_next`)."""
+
+    method: str
+    path: str
+    status: int
+    remaining: int
+    body_contains: str | None = None
+
+
 @dataclasses.dataclass(frozen=True)
 class _Path:
     group: str
@@ -578,6 +589,7 @@ class KubeEmulator:
         self.journal: list[JournalEntry] = []
         self.exec_journal: list[ExecRecord] = []
         self.exec_streams: list[tuple[str, str, str, tuple[str, ...]]] = []  # (ns, pod, container, argv) at start
+        self.faults: list[Fault] = []
         self.server_errors: list[BaseException] = []
         self.discovery = kmock.KubernetesScaffold()
         self.discovery.resources.load_data(_bundled_resources())
@@ -841,6 +853,9 @@ class KubeEmulator:
                              raw.headers.get("Content-Type", ""), None, raw.headers.get("User-Agent", ""))
         self.journal.append(entry)
         try:
+            fault = await self._take_fault(raw)
+            if fault is not None:
+                raise ApiError(fault.status, "InternalError", "injected fault (test)")
             response = await self._route(raw, entry)
         except ApiError as exc:
             response = exc.response()
@@ -851,6 +866,23 @@ class KubeEmulator:
         if entry.status is None:
             entry.status = response.status
         return response
+
+    def fail_next(self, method: str, path: str, *, status: int = 500, n: int = 1,
+                  body_contains: str | None = None) -> None:
+        """Answer the next ``n`` requests ``method path`` (exact path, e.g. a status subresource) whose
+        body contains ``body_contains`` (if given) with ``status``, without applying them: a fault of the
+        API server as a controller sees it."""
+        self.faults.append(Fault(method.upper(), path, status, n, body_contains))
+
+    async def _take_fault(self, raw: aiohttp.web.BaseRequest) -> Fault | None:
+        for fault in self.faults:
+            if fault.remaining <= 0 or fault.method != raw.method or fault.path != raw.path:
+                continue
+            if fault.body_contains is not None and fault.body_contains not in (await raw.read()).decode("utf-8", "replace"):
+                continue
+            fault.remaining -= 1
+            return fault
+        return None
 
     def _info(self, res: kmock.resource) -> kmock.ResourceInfo:
         return self.discovery.resources[res]

@@ -140,7 +140,8 @@ class Refresh:
         account: the account of the refresh token (None when unknown).
         refresh_fp: sha256(refresh token presented)[:8].
         status: the status answered (200, 400/401 refused, or a scripted failure).
-        outcome: "ok", "reused" (the chain was revoked), "revoked", "unknown", "bad_request".
+        outcome: "ok", "lost" (spent, but the answer was dropped: `drop_next_token_answers`), "reused" (the
+            chain was revoked), "revoked", "unknown", "bad_request".
         at: epoch seconds.
         new_access_fp: sha256(new access token)[:8] on success.
     """
@@ -204,6 +205,8 @@ class ProviderEmulator:
         self._chain_ids = itertools.count(1)
         self.token_ttl_s: dict[str, float] = {"anthropic": 28800.0, "openai": 864000.0}
         self.refreshes: list[Refresh] = []
+        self._drop_answers = 0
+        self._answer_overrides: list[tuple[str, str]] = []
         self.app = web.Application(middlewares=[self._record_mw, self._fail_mw])
         self.app.router.add_get("/api/oauth/usage", self._anthropic_usage)
         self.app.router.add_get("/backend-api/wham/usage", self._openai_usage)
@@ -403,15 +406,41 @@ class ProviderEmulator:
         grant.used = True
         return grant, rt, None
 
+    def drop_next_token_answers(self, n: int = 1) -> None:
+        """The next ``n`` successful refreshes spend the refresh token and mint the new tokens, then drop
+        the connection instead of answering (a lost answer: the token is spent, the caller never learns
+        the new ones). Recorded with outcome "lost"."""
+        self._drop_answers += n
+
+    def override_next_token_answer(self, field: str, raw_json: str) -> None:
+        """The next successful refresh answer carries ``field`` with the raw JSON text ``raw_json``
+        (e.g. ``"1e999"``, ``"-5"``, ``"NaN"``, ``'"soon"'``), as a misbehaving provider might send."""
+        self._answer_overrides.append((field, raw_json))
+
+    def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        """A token answer, possibly dropped or altered as scripted."""
+        if self._drop_answers > 0:
+            self._drop_answers -= 1
+            if request.transport is not None:
+                request.transport.close()
+            raise ConnectionResetError("answer dropped (scripted)")
+        if self._answer_overrides:
+            field, raw = self._answer_overrides.pop(0)
+            body = {k: v for k, v in body.items() if k != field}
+            text = json.dumps(body)[:-1] + f', "{field}": {raw}}}'
+            return web.Response(text=text, content_type="application/json")
+        return web.json_response(body)
+
     async def _anthropic_token(self, request: web.Request) -> web.Response:
         grant, rt, err = await self._token("anthropic", request)
         if err is not None:
             return err
         assert grant is not None
         access, refresh, ttl, _ = self._mint("anthropic", grant.account, None, chain=grant.chain)
-        self.refreshes.append(Refresh("anthropic", grant.account, _fp(rt), 200, "ok", time.time(), _fp(access)))
+        self.refreshes.append(Refresh("anthropic", grant.account, _fp(rt), 200,
+                                      "lost" if self._drop_answers else "ok", time.time(), _fp(access)))
         acct_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, grant.account))
-        return web.json_response({
+        return self._answer(request, {
             "token_type": "Bearer", "access_token": access, "refresh_token": refresh, "expires_in": int(ttl),
             "scope": "user:inference user:profile user:sessions:claude_code",
             "organization": {"uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, grant.account + "/org")),
@@ -424,8 +453,9 @@ class ProviderEmulator:
             return err
         assert grant is not None
         access, refresh, _, id_token = self._mint("openai", grant.account, None, chain=grant.chain)
-        self.refreshes.append(Refresh("openai", grant.account, _fp(rt), 200, "ok", time.time(), _fp(access)))
-        return web.json_response({"id_token": id_token, "access_token": access, "refresh_token": refresh})
+        self.refreshes.append(Refresh("openai", grant.account, _fp(rt), 200,
+                                      "lost" if self._drop_answers else "ok", time.time(), _fp(access)))
+        return self._answer(request, {"id_token": id_token, "access_token": access, "refresh_token": refresh})
 
     def _account(self, token_or_account: str) -> _Account:
         account = self._tokens.get(token_or_account, token_or_account)

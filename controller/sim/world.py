@@ -29,10 +29,11 @@ from controller.sim.kube import KubeEmulator, LocalExec, TmuxSockets
 from controller.sim.provider import ProviderEmulator
 
 
-def claude_login(token: str) -> str:
-    """A Claude Code `.credentials.json` for the emulator (far-future expiry)."""
+def claude_login(token: str, expires_at_ms: int = 4102444800000) -> str:
+    """A Claude Code `.credentials.json` for the emulator (default: a far-future expiry, so the controller
+    never refreshes it; `expires_at_ms` in Unix epoch milliseconds)."""
     return json.dumps({"claudeAiOauth": {
-        "accessToken": token, "refreshToken": f"{token}-refresh", "expiresAt": 4102444800000,
+        "accessToken": token, "refreshToken": f"{token}-refresh", "expiresAt": expires_at_ms,
         "scopes": ["user:inference", "user:profile"], "subscriptionType": "max"}})
 
 
