@@ -198,6 +198,6 @@ class AgentBoxStatus(_Model):
     resume_at: Instant | None = Field(None, description="Earliest scheduled resume among the tabs (UTC RFC 3339).")
     pod: str | None = Field(None, description="Name of the box pod.")
     tabs: list[TabStatus] = Field(default_factory=list, description="Per-tab state.", json_schema_extra=_list_map("name"))
-    conditions: list[Condition] = Field(default_factory=list, description="Ready, RateLimited, NeedsAttention, Reserved.",
+    conditions: list[Condition] = Field(default_factory=list, description="Ready, RateLimited, NeedsAttention, Reserved, InputIgnored (a pattern, annotation or box file is invalid and ignored).",
                                         json_schema_extra=_list_map("type"))
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")

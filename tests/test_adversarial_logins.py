@@ -125,3 +125,54 @@ async def test_login_planted_in_a_box_is_refused(world: World, provider: str, ho
     assert planted_access not in refused[0]["message"]
     assert identity and identity.startswith("sha256:") and sub_status(world)["account"] == identity
     assert sub_status(world).get("state") == "Available"
+
+
+@pytest.mark.timeout(90)
+async def test_adopted_login_takes_only_what_the_provider_confirmed(world: World):
+    """A box user spends the pushed refresh token themselves (a real, same-account access token) and
+    plants it with a refresh token of their own making and an expiry in year 2100. The provider
+    confirms the access token's account, nothing else: the expiry must not reach the Subscription's
+    Secret (the keeper would never renew again and the Subscription would show Available with a dead
+    login once the access token expires)."""
+    import aiohttp
+
+    from controller.providers.oauth import apply_refresh
+    from datetime import datetime, timezone
+
+    provider = "anthropic"
+    settings(world)
+    await two_boxes(world, provider)
+    await eventually(lambda: any(r.status == 200 for r in world.provider.refreshes), 20, what="a first refresh")
+    await eventually(lambda: "agentbox" in (world.login_file("attacker", AGENT[provider]) or ""), 10,
+                     what="the marked login pushed")
+    live = world.login_file("attacker", AGENT[provider]) or ""
+    async with aiohttp.ClientSession() as s:
+        async with s.post(world.provider.url + TOKEN_PATH[provider],
+                          json={"grant_type": "refresh_token",
+                                "refresh_token": parse_login(provider, live).refresh_token}) as r:
+            answer = await r.json()
+    data = json.loads(apply_refresh(provider, live, answer, datetime.now(timezone.utc)))
+    data["claudeAiOauth"]["refreshToken"] = "sk-ant-ort01-made-up-by-the-attacker"
+    data["claudeAiOauth"]["expiresAt"] = 4102444800000  # 2100-01-01
+    (world.pod_dir("attacker") / REL[provider]).write_text(json.dumps(data))
+    stolen = answer["access_token"]
+
+    def secret_login():
+        return parse_login(provider, secret_text(world, "login-shared", KEY[provider]))
+
+    # The keeper reads the boxes back at its next refresh point and finds the planted login.
+    await eventually(lambda: secret_login().access_token == stolen
+                     or sub_status(world).get("state") == "Disconnected", 30, what="the keeper decided")
+    held = secret_login()
+    assert held.expires_at is None or held.expires_at.year < 2100, \
+        f"the box's word on the expiry reached the Subscription's Secret: {held.expires_at}"
+    assert held.refresh_token != "sk-ant-ort01-made-up-by-the-attacker"
+    assert "made-up" not in world.box_secret("victim")[KEY[provider]], "the other box got the box's word"
+    await eventually(lambda: any(e["reason"] == "LoginCandidateRefused" and "attacker" in e["message"]
+                                 for e in world.events("shared")), 10, what="the refused candidate reported")
+    # Once the access token the provider confirmed has expired, the Subscription must not show a
+    # healthy state with a dead login.
+    await eventually(lambda: not world.provider.token_valid(stolen), 20, what="the stolen token expired")
+    await eventually(lambda: sub_status(world).get("state") == "Disconnected"
+                     or world.provider.token_valid(secret_login().access_token), 20,
+                     what="Disconnected or a valid login in the Secret")

@@ -136,7 +136,9 @@ def annotations_table() -> str:
             "ANNOTATION_RESUME_NOW": ("any", "Resume every limited tab now (the human answer to NeedsAttention); "
                                              "removed by the controller once done."),
             "ANNOTATION_RESUME_AT": ("RFC 3339 instant", "Resume the limited tabs at that instant instead of the "
-                                                         "detected reset."),
+                                                         "detected reset (once per value; a value that is not an "
+                                                         "instant within 31 days is ignored: InputIgnored, "
+                                                         "InvalidAnnotation)."),
             "ANNOTATION_CANCEL_RESUME": ("`\"true\"`", "Cancel scheduled resumes: the tabs stay as they are until "
                                                        "the annotation is removed."),
         }[const]

@@ -92,3 +92,45 @@ def test_controller_package_installs_and_runs_help_as_the_image_user_on_a_read_o
     assert res.returncode == 0, res.stderr[-2000:]
     assert "usage: agentbox-controller run" in res.stdout
     assert "--namespace" in res.stdout
+
+
+def test_chart_kube_version_covers_what_the_crds_and_the_box_policy_need():
+    import re
+
+    chart = yaml.safe_load((REPO_ROOT / "charts/agentbox-controller/Chart.yaml").read_text())
+    low = tuple(int(x) for x in re.match(r">=\s*(\d+)\.(\d+)", chart["kubeVersion"]).groups())
+    crds = "".join(p.read_text() for p in (REPO_ROOT / "crds").glob("*.yaml"))
+    if "fieldPath:" in crds:
+        assert low >= (1, 28), "CRD validation rules with fieldPath need Kubernetes 1.28+"
+    if "ValidatingAdmissionPolicy" in (REPO_ROOT / "charts/agentbox-controller/templates/boxpolicy.yaml").read_text():
+        assert low >= (1, 30), "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy needs Kubernetes 1.30+"
+
+
+def _bare_path(tmp_path: pathlib.Path, *tools: str) -> str:
+    """A PATH with the basic shell tools only, plus fake `tools` that fail (e.g. a docker without daemon)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("sh", "bash", "sed", "tail", "tee", "dirname", "cat", "mktemp", "rm", "grep"):
+        found = shutil.which(name)
+        if found:
+            (bindir / name).symlink_to(found)
+    for tool in tools:
+        (bindir / tool).write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+        (bindir / tool).chmod(0o755)
+    return str(bindir)
+
+
+def test_make_images_says_clearly_when_no_builder_works(tmp_path: pathlib.Path):
+    env = {"PATH": _bare_path(tmp_path, "docker"), "HOME": str(tmp_path)}
+    res = subprocess.run(["bash", "hack/images.sh", "c:1", "b:1"], cwd=REPO_ROOT, env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2
+    assert "no container image builder found" in res.stderr
+    assert "daemon is not reachable" in res.stderr and "Podman" in res.stderr and "Buildah" in res.stderr
+    assert "No image is published yet" in res.stderr
+
+
+def test_kind_up_needs_kind_and_kubectl(tmp_path: pathlib.Path):
+    env = {"PATH": _bare_path(tmp_path), "HOME": str(tmp_path), "CONTROLLER_IMAGE": "c:1", "BOX_IMAGE": "b:1"}
+    res = subprocess.run(["bash", "hack/kind-up.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and "'kind' not found" in res.stderr

@@ -213,6 +213,13 @@ async def test_the_example_box_starts_its_session_through_the_real_entrypoint(ku
         "tmux", "capture-pane", "-p", "-t", "=agentbox:main"]).stdout, 15, what="the agent's screen")
     who = kubelet.run("default", "claude-box", ["id", "-u"]).stdout.strip()
     assert who == "1000"  # exec runs as the container's user
+    # The statusline command the entrypoint configured, run as Claude Code runs it (JSON on stdin).
+    line = kubelet.run("default", "claude-box", ["/usr/local/bin/agentbox-statusline"],
+                       stdin='{"model": {"display_name": "Opus"}, "workspace": {"current_dir": "/home/agent/work"}}')
+    assert line.returncode == 0 and line.stdout.strip() == "Opus · work"
+    saved = home / ".agentbox/statusline.json"
+    assert json.loads(saved.read_text())["model"]["display_name"] == "Opus"
+    assert (saved.stat().st_uid, stat.S_IMODE(saved.stat().st_mode)) == (1000, 0o600)
 
 
 @NEEDS_ROOT
@@ -259,3 +266,26 @@ async def test_read_only_root_filesystem_leaves_only_volumes_writable(kube, kube
     res = kubelet.run("default", "ro", ["sh", "-c", "touch /home/user/x 2>&1; touch /tmp/x 2>&1; "
                                                     "touch /home/user/scratch/ok && echo scratch-ok"])
     assert res.stdout.count("Read-only file system") == 2 and "scratch-ok" in res.stdout
+
+
+@NEEDS_ROOT
+async def test_configmap_items_modes_and_secret_updates_projected(kube, kubelet):
+    await kube.create_object("v1/configmaps", {"metadata": {"name": "cm", "namespace": "default"},
+                                               "data": {"a": "A", "b": "B"}})
+    await kube.create_object("v1/secrets", {"metadata": {"name": "s2", "namespace": "default"},
+                                            "data": {"k": base64.b64encode(b"one").decode()}})
+    await kube.create_object("v1/pods", _pod(
+        "proj", {"volumeMounts": [{"name": "cm", "mountPath": "/etc/cm"}, {"name": "s", "mountPath": "/etc/s"}]},
+        volumes=[{"name": "cm", "configMap": {"name": "cm", "items": [{"key": "b", "path": "sub/b.txt", "mode": 0o600}]}},
+                 {"name": "s", "secret": {"secretName": "s2", "defaultMode": 0o444}}]))
+    await wait_pod(kube, "proj", lambda o: o["status"]["phase"] == "Running")
+    cm_dir = kubelet.host_path("default", "proj", "/etc/cm")
+    assert sorted(p.name for p in cm_dir.iterdir() if not p.name.startswith("..")) == ["sub"]
+    st = os.stat(cm_dir / "sub" / "b.txt")
+    assert stat.S_IMODE(st.st_mode) == 0o600 and (cm_dir / "sub" / "b.txt").read_text() == "B"
+    # As the uid 1000 container: a 0600 root-owned file is unreadable, the 0444 Secret file readable.
+    res = kubelet.run("default", "proj", ["sh", "-c", "cat /etc/cm/sub/b.txt; cat /etc/s/k"])
+    assert "Permission denied" in res.stderr and res.stdout == "one"
+    await kube.patch_object("v1/secrets", "default", "s2", {"data": {"k": base64.b64encode(b"two").decode()}})
+    res = kubelet.run("default", "proj", ["cat", "/etc/s/k"])
+    assert res.stdout == "two"  # a kubelet projects Secret updates into running pods

@@ -116,3 +116,16 @@ async def test_one_limit_keeps_one_identity_when_the_exact_reset_drops_out(world
     assert sent[0]["t"] >= reset + FAST.resume_margin_s - 0.05, f"sent {sent[0]['t'] - reset:.1f} s after the reset"
     detected = [e["message"] for e in world.events("box") if e["reason"] == "LimitDetected"]
     assert len(detected) == 1, detected
+
+
+@pytest.mark.parametrize("value", ["9999-12-31T23:59:59-12:00", "0001-01-01T00:00:00+05:00"])
+async def test_resume_at_annotation_out_of_range_is_ignored_not_a_crash(world: World, value: str):
+    """An AgentBox author writes `agentbox.dev/resume-at` with an instant that parses but leaves the
+    datetime range once converted to UTC (year 10000 / year 0): the tab watcher must not fail every
+    pass; the limited tab is still resumed at its reset."""
+    world.start_operator()
+    reset = float(math.ceil(time.time() + 8))
+    await setup(world, reset)
+    await world.patch(world.box_path("box"), {"metadata": {"annotations": {"agentbox.dev/resume-at": value}}})
+    await eventually(lambda: [e for e in world.agent_log("box", "main") if e["event"] == "submit"], 40,
+                     what="the limited tab resumed at its reset")

@@ -139,6 +139,7 @@ async def test_refresh_marks_its_token_in_flight_before_sending(world: World):
 
 
 # ---------------------------------------------------------------------------------- numbers
+@pytest.mark.unit
 @pytest.mark.parametrize("raw", ["1e999", "-5", "NaN", '"soon"', "0", "true", "1e30", '"86400abc"'])
 def test_unusable_expires_in_keeps_the_new_tokens(raw: str):
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -154,6 +155,7 @@ def test_unusable_expires_in_keeps_the_new_tokens(raw: str):
     assert login.expires_at is not None
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("raw,secs", [("28800", 28800), ('"3600"', 3600), ("3599.5", 3599.5)])
 def test_valid_expires_in(raw: str, secs: float):
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -213,6 +215,7 @@ async def test_disconnected_is_rewritten_until_the_api_server_has_it(world: Worl
 
 
 # ---------------------------------------------------------------------------------- provider text
+@pytest.mark.unit
 def test_oauth_error_codes_come_from_an_allow_list():
     assert _error_code(b'{"error": "invalid_grant", "error_description": "Refresh token revoked"}') == "invalid_grant"
     assert _error_code(b'{"error": {"code": "refresh_token_reused", "message": "x"}}') == "refresh_token_reused"
@@ -235,6 +238,7 @@ async def test_refused_refresh_reports_no_provider_text(world: World):
     assert "unrecognized error code" in cond(world, "LoginRefreshed")["message"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("value,secs", [("120", 120.0), ("0", 0.0), ("-3", 0.0), ("1e999", MAX_RETRY_AFTER_S),
                                         ("nan", None), ("soon", None), ("", None), (None, None),
                                         ("Thu, 01 Jan 2026 01:00:00 GMT", 3600.0),
@@ -244,6 +248,7 @@ def test_retry_after_one_parser(value, secs):
     assert parse_retry_after(value, now) == secs
 
 
+@pytest.mark.unit
 def test_retry_after_is_shared():
     from controller import notify
     from controller.providers import readers

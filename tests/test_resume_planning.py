@@ -22,6 +22,11 @@ def limited(reset=RESET, evidence="You've hit your 5-hour limit · resets 2pm (U
                      prompt_text=kw.pop("prompt_text", ""), **kw)
 
 
+def reset_read(now: datetime) -> Usage:
+    """A usage read confirming the reset (the window starts afresh)."""
+    return Usage({"five_hour": Window("five_hour", 3.0, now + timedelta(hours=5))}, read_at=now)
+
+
 WORKING = Detection(TabState.WORKING, evidence="✶ Composing…")
 IDLE = Detection(TabState.IDLE, prompt_text="")
 ASKING = Detection(TabState.AWAITING_INPUT, evidence="Do you want to proceed?")
@@ -41,7 +46,8 @@ def test_due_tab_asks_for_a_usage_check_then_sends_once():
     due = RESET + timedelta(seconds=11)
     plan = plan_tab(rec, limited(), None, due, CFG)
     assert plan.action == Action.CHECK_USAGE
-    sent = after_usage(plan.record, usage_verdict(None, "five_hour", due), due, CFG)
+    fresh = Usage({"five_hour": Window("five_hour", 3.0, RESET + timedelta(hours=5))}, read_at=due)
+    sent = after_usage(plan.record, usage_verdict(fresh, "five_hour", due), due, CFG)
     assert sent.record.phase == Phase.RESUMING
     assert sent.record.sent_for == rec.limit_key
     # The same line seen again right after: the old line, nothing to do.
@@ -139,7 +145,7 @@ def test_limit_that_comes_back_is_rescheduled_then_capped():
             now = reset + timedelta(seconds=11)
             due = plan_tab(plan.record, limited(reset=reset, evidence=f"resets {attempt}"), None, now, CFG)
             assert due.action == Action.CHECK_USAGE
-            rec = after_usage(due.record, usage_verdict(None, None, now), now, CFG).record
+            rec = after_usage(due.record, usage_verdict(reset_read(now), None, now), now, CFG).record
             assert rec.phase == Phase.RESUMING
             sends += 1
             now += timedelta(seconds=30)
@@ -153,7 +159,7 @@ def test_limit_that_comes_back_is_rescheduled_then_capped():
 def test_same_line_after_settle_counts_as_limit_come_back():
     rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
     due = RESET + timedelta(seconds=11)
-    sent = after_usage(rec, usage_verdict(None, None, due), due, CFG).record
+    sent = after_usage(rec, usage_verdict(reset_read(due), None, due), due, CFG).record
     plan = plan_tab(sent, limited(), None, due + timedelta(seconds=25), CFG)
     assert plan.event == "LimitCameBack"
     assert plan.record.attempts == 1
@@ -244,7 +250,7 @@ def test_a_parked_tab_counts_sends_and_stays_quiet():
     while True:
         plan = plan_tab(rec, limited(), None, now, CFG)
         if plan.action == Action.CHECK_USAGE:
-            rec = after_usage(plan.record, usage_verdict(None, None, now), now, CFG).record
+            rec = after_usage(plan.record, usage_verdict(reset_read(now), None, now), now, CFG).record
             sends += 1
             now += timedelta(seconds=CFG.settle_s + 1)   # the same line is still there after the settle time
             continue
@@ -287,7 +293,11 @@ def test_a_reset_in_year_9999_from_the_provider_is_unknown_not_a_crash():
     usage = Usage({"five_hour": Window("five_hour", 100.0, Y9999)}, read_at=due)
     verdict = usage_verdict(usage, "five_hour", due)
     assert verdict.reset and not verdict.known
-    plan = after_usage(rec, verdict, due, CFG)   # the screen's reset passed: resume, within max_attempts
+    # Unconfirmed: the screen's minute-rounded reset is waited out to the end of its minute, then resumed.
+    plan = after_usage(rec, verdict, due, CFG)
+    assert plan.record.phase == Phase.RATE_LIMITED and plan.wake_at == RESET + timedelta(seconds=70)
+    later = RESET + timedelta(seconds=70)
+    plan = after_usage(plan.record, usage_verdict(usage, "five_hour", later), later, CFG)
     assert plan.record.phase == Phase.RESUMING
 
 
@@ -337,3 +347,32 @@ def test_cancelled_native_wait_is_resumed_at_the_reset_not_after_the_grace():
     armed = plan_tab(TabRecord("t"), limited(auto_continue=True), None, T0, CFG)
     cancelled = plan_tab(armed.record, limited(auto_continue=False), None, T0 + timedelta(seconds=5), CFG)
     assert cancelled.record.resume_at == RESET + timedelta(seconds=10)
+
+
+def test_usage_api_down_waits_for_the_end_of_the_printed_minute():
+    """The screen prints the reset to the minute; the real one may be up to 59 s later. Without a
+    usage read to confirm it, a continue at reset + margin would hit the limit again and burn an
+    attempt (issue 9 #6): the send waits until the end of the printed minute plus the margin."""
+    rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
+    due = RESET + timedelta(seconds=11)
+    plan = plan_tab(rec, limited(), None, due, CFG)
+    assert plan.action == Action.CHECK_USAGE
+    wait = after_usage(plan.record, usage_verdict(None, "five_hour", due), due, CFG)
+    end = RESET + timedelta(seconds=60 + 10)
+    assert wait.record.phase == Phase.RATE_LIMITED and wait.record.resume_at == end and wait.wake_at == end
+    assert wait.record.attempts == 0 and wait.record.sent_for is None
+    assert "could not confirm" in (wait.record.message or "")
+    # The next scans wait (no usage check, no send) until then, then ask once more and send.
+    assert plan_tab(wait.record, limited(), None, end - timedelta(seconds=1), CFG).action == Action.NONE
+    again = plan_tab(wait.record, limited(), None, end, CFG)
+    assert again.action == Action.CHECK_USAGE
+    sent = after_usage(again.record, usage_verdict(None, "five_hour", end), end, CFG)
+    assert sent.record.phase == Phase.RESUMING and sent.record.attempts == 1
+
+
+def test_usage_api_down_with_an_exact_structured_reset_sends_at_once():
+    det = limited(detected_by="structured:statusline", reset=RESET + timedelta(seconds=37))
+    rec = plan_tab(TabRecord("t"), det, None, T0, CFG).record
+    due = RESET + timedelta(seconds=48)
+    sent = after_usage(rec, usage_verdict(None, "five_hour", due), due, CFG)
+    assert sent.record.phase == Phase.RESUMING

@@ -169,6 +169,6 @@ async def test_invalid_user_patterns_are_reported_once_each(world: World):
     assert occurrences(world, "InvalidPattern") == len(bad), [(e["message"], e.get("count")) for e in posted]
     for i in range(len(bad)):
         assert any(f"spec.detection.patterns[{i}].regex" in e["message"] for e in posted), i
-    cond = next(c for c in world.box(BOX)["status"]["conditions"] if c["type"] == "InvalidPatterns")
+    cond = next(c for c in world.box(BOX)["status"]["conditions"] if c["type"] == "InputIgnored")
     assert cond["status"] == "True" and cond["reason"] == "InvalidPattern"
     assert all(f"spec.detection.patterns[{i}].regex" in cond["message"] for i in range(len(bad)))

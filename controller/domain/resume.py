@@ -330,7 +330,10 @@ def after_usage(rec: TabRecord, verdict: UsageVerdict, now: datetime, cfg: Resum
     """Turn a usage verdict into "send now" (record marked as sent) or "wait for the new reset".
 
     The returned record with phase RESUMING is the write-ahead marker: persist it before sending.
-    `action` NONE with phase RESUMING means: send the resume keys now.
+    `action` NONE with phase RESUMING means: send the resume keys now. When the usage read failed
+    (``verdict.known`` False) and the reset came from the screen (minute precision), the send waits
+    until the end of the printed minute plus ``margin_s``: an API outage never burns attempts before
+    the real reset.
     """
     if not verdict.reset:
         assert verdict.new_reset is not None
@@ -343,6 +346,16 @@ def after_usage(rec: TabRecord, verdict: UsageVerdict, now: datetime, cfg: Resum
         ), wake_at=resume_at, event="ResetNotYet")
     if rec.resets_at is None and not verdict.known:
         return unknown_reset_plan(rec, now, cfg)
+    if not verdict.known and rec.resets_at is not None and not (rec.detected_by or "").startswith("structured:"):
+        # The usage API could not confirm the reset and the screen prints it to the minute only (the
+        # real reset may be up to 59 s later): a continue sent earlier would hit the limit again and
+        # burn an attempt. Wait until the end of the printed minute plus the margin, then send.
+        end = rec.resets_at.replace(second=0, microsecond=0) + timedelta(seconds=60 + cfg.margin_s)
+        if now < end:
+            return TabPlan(replace(
+                rec, phase=Phase.RATE_LIMITED, resume_at=end,
+                message=f"Usage API could not confirm the reset ({verdict.reason}); the screen gives the minute "
+                        f"only: resuming at {end:%H:%M:%S} UTC"), wake_at=end)
     return TabPlan(replace(
         rec, phase=Phase.RESUMING, sent_for=rec.limit_key, sent_at=now, resume_at=None,
         attempts=rec.attempts + 1, message="Limit reset; sending continue",

@@ -18,7 +18,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -318,7 +318,9 @@ class UsageCache:
 
     Concurrent `get` calls for one key share ONE in-flight read; a cached Usage younger than ``max_age_s``
     (by the injected clock) is returned without a read. Failures are not cached: every waiter of the
-    failed read gets the same exception.
+    failed read gets the same exception. One exception: a provider's ``Retry-After`` is honoured in
+    full for every caller of the key (the subscription's reader and every box's resume check): until
+    it has passed, `get` raises `UsageThrottled` (with the seconds left) without a request.
 
     Attributes:
         calls: HTTP requests issued per key (retries included), for tests and benchmarks.
@@ -329,6 +331,7 @@ class UsageCache:
         self._entries: dict[Hashable, _Entry] = {}
         self._inflight: dict[Hashable, asyncio.Future[Usage]] = {}
         self.calls: dict[Hashable, int] = {}
+        self._not_before: dict[Hashable, datetime] = {}
 
     async def get(
         self,
@@ -347,6 +350,13 @@ class UsageCache:
         entry = self._entries.get(key)
         if entry is not None and (now() - entry.stored_at).total_seconds() < max_age_s:
             return entry.usage
+        hold = self._not_before.get(key)
+        if hold is not None:
+            left = (hold - now()).total_seconds()
+            if left > 0:
+                raise UsageThrottled(f"{provider} usage API asked to wait; {left:.0f} s left (Retry-After)",
+                                     retry_after_s=left, provider=provider, status=429)
+            self._not_before.pop(key, None)
         fut = self._inflight.get(key)
         if fut is None:
             fut = asyncio.ensure_future(self._fetch(key, provider, login, now))
@@ -364,6 +374,10 @@ class UsageCache:
             usage = await self._reader.read(provider, login, now, on_request=count)
             self._entries[key] = _Entry(usage, now())
             return usage
+        except UsageThrottled as exc:
+            if exc.retry_after_s:
+                self._not_before[key] = now() + timedelta(seconds=exc.retry_after_s)
+            raise
         finally:
             self._inflight.pop(key, None)
 

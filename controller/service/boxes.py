@@ -84,9 +84,13 @@ _RETRY = -1.0  # "retry after the configured delay" (settings.retry_delay_s)
 def _fail(body: dict[str, Any], rt: Runtime, reason: str, message: str, retry: float | None = _RETRY) -> Outcome:
     status = body.get("status") or {}
     gen = body["metadata"].get("generation")
+    before = next((c for c in status.get("conditions") or [] if c.get("type") == C.COND_READY), {})
     conds = set_condition(status.get("conditions") or [], C.COND_READY, False, reason, message, rt.clock(), gen)
+    after = next(c for c in conds if c.get("type") == C.COND_READY)
+    # The Warning on change only: a retried reconcile that finds the same problem posts nothing.
+    same = (before.get("status"), before.get("reason"), before.get("message")) == ("False", reason, after["message"])
     return Outcome(status={"conditions": conds, "state": "Error", "observedGeneration": gen},
-                   events=[("Warning", reason, message)],
+                   events=[] if same else [("Warning", reason, message)],
                    retry_after=rt.settings.retry_delay_s if retry == _RETRY else retry)
 
 

@@ -108,36 +108,69 @@ def transcript_usage(line: str, read_at: datetime) -> Usage | None:
     return Usage({window.name: replace(window, utilization=max(window.utilization, 100.0))}, read_at=read_at)
 
 
-async def read_structured(exec_fn: ExecFn, agent: str, now: datetime) -> tuple[Usage | None, str]:
+async def read_structured(exec_fn: ExecFn, agent: str, now: datetime,
+                          problems: list[str] | None = None) -> tuple[Usage | None, str]:
     """The agent's own machine-readable usage from the box: (usage or None, source name).
 
     Claude Code: the statusline input saved by the box's statusline helper (`rate_limits`,
     Claude Code 2.1.x). Codex: the last `token_count` event of the newest rollout file
-    (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, Codex CLI 0.1xx). Unparseable data counts as none.
+    (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, Codex CLI 0.1xx). Unparseable or oversized data
+    counts as none; when `problems` is given, a message naming the file is appended for each such file.
     """
     from controller.providers.parse import UsageParseError, parse_statusline, parse_token_count
 
+    def bad(path: str, why: str) -> None:
+        if problems is not None:
+            problems.append(f"{path}: {why}; ignored")
+
+    async def run(argv: list[str], path: str) -> Any:
+        try:
+            return await exec_fn(argv)
+        except Exception as exc:
+            if getattr(exc, "reason", None) == "output_too_large":  # the box's `head` did not cut it
+                bad(path, f"larger than {STRUCTURED_MAX} bytes")
+                return None
+            raise
+
     if agent == "claude-code":
-        res = await exec_fn(["sh", "-c", _STATUSLINE, "sh", STATUSLINE_PATH])
-        if res.rc == 0 and _fits(res.stdout.partition("\n")[2]):
+        path = f"~/{STATUSLINE_PATH}"
+        res = await run(["sh", "-c", _STATUSLINE, "sh", STATUSLINE_PATH], path)
+        if res is None:
+            pass
+        elif res.rc == 0 and not _fits(res.stdout.partition("\n")[2]):
+            bad(path, f"larger than {STRUCTURED_MAX} bytes")
+        elif res.rc == 0:
             first, _, rest = res.stdout.partition("\n")
             try:
                 read_at = datetime.fromtimestamp(int(first.strip()), timezone.utc)
                 usage = parse_statusline(json.loads(rest), read_at)
                 if any(w.utilization >= 100 for w in usage.windows.values()):
                     return usage, "statusline"
-            except (ValueError, UsageParseError):
-                pass
-        res = await exec_fn(["sh", "-c", _TRANSCRIPT, "sh"])
-        if res.rc == 0 and res.stdout.strip() and _fits(res.stdout):
+            except UsageParseError as exc:  # a ValueError too: first
+                bad(path, f"unreadable usage ({exc})")
+            except ValueError:
+                bad(path, "not a JSON object")
+        res = await run(["sh", "-c", _TRANSCRIPT, "sh"], "~/.claude/projects/*/*.jsonl")
+        if res is None:
+            pass
+        elif res.rc == 0 and res.stdout.strip() and not _fits(res.stdout):
+            bad("~/.claude/projects/*/*.jsonl", f"an API error entry larger than {STRUCTURED_MAX} bytes")
+        elif res.rc == 0 and res.stdout.strip():
             return transcript_usage(res.stdout.strip().splitlines()[-1], now), "transcript"
         return None, "statusline"
     if agent == "codex":
-        res = await exec_fn(["sh", "-c", _ROLLOUT, "sh"])
-        if res.rc != 0 or not res.stdout.strip() or not _fits(res.stdout):
+        path = "~/.codex/sessions/*/*/*/rollout-*.jsonl"
+        res = await run(["sh", "-c", _ROLLOUT, "sh"], path)
+        if res is None or res.rc != 0 or not res.stdout.strip():
+            return None, "rollout"
+        if not _fits(res.stdout):
+            bad(path, f"a token_count event larger than {STRUCTURED_MAX} bytes")
             return None, "rollout"
         try:
             return parse_token_count(json.loads(res.stdout.strip().splitlines()[-1])), "rollout"
-        except (ValueError, UsageParseError):
-            return None, "rollout"
+        except UsageParseError as exc:  # a ValueError too: first
+            bad(path, f"unreadable usage ({exc})")
+        except ValueError:
+            bad(path, "the last token_count event is not JSON")
+        return None, "rollout"
     return None, ""

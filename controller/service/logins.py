@@ -15,17 +15,28 @@ subscription's usage reader, so there is one keeper and at most one refresh at a
    stopped). Claude Code re-reads its file before every request; a running Codex reloads it when its
    in-memory token gets within 5 minutes of expiry and adopts a newer token of the same account
    without refreshing (measured; docs/logins.md). Failed pushes are retried on the next tick.
-4. **Read back (fallback).** Before spending a refresh token (so also on the first tick after the
-   controller was away past the refresh point) and while a refresh stays refused, read the boxes' live files: a newer login of the same
-   account (an agent refreshed by itself while the controller was away) is adopted into the Secret
-   and propagated instead of refreshing (which would reuse a spent token and log every copy out).
-   Same account: Codex ``account_id``; for Claude Code, whose file names no account, the
-   ``agentbox.subscription`` marker this keeper adds to the file (Claude Code keeps unknown keys
-   when it rewrites the file; measured).
-5. **Failures.** A refused refresh (400/401/403) with no newer login in any box: the Subscription
-   becomes ``Disconnected`` with condition ``LoginRefreshed=False/RefreshRefused`` and an Event; the
-   windows are kept; nothing is retried until the Secret changes. A 5xx/timeout: retried with
-   backoff, the old login kept (it is still valid: the refresh started long before expiry).
+4. **Read back (fallback), proven by the provider.** Before spending a refresh token (so also on the
+   first tick after the controller was away past the refresh point), and while a refresh stays refused
+   or its answer was lost, read the boxes' live files. A newer login there is only a candidate:
+   nothing in a box is trusted (the ``agentbox.subscription`` marker and a Codex ``account_id`` can be
+   copied). The provider is asked, with the candidate's own access token, whose login it is
+   (`controller.providers.identity`); only when it names the identity recorded in
+   ``status.account`` (from the Secret's own login) are its tokens grafted onto the Secret's file,
+   stored and propagated (Event ``LoginAdopted`` naming the box). Otherwise one Warning
+   ``LoginCandidateRefused`` names the box, and that box gets no pushes while it holds that login.
+5. **Failures.** A refused refresh (400/401/403) with no confirmed newer login in any box: the
+   Subscription becomes ``Disconnected`` with condition ``LoginRefreshed=False/RefreshRefused`` and an
+   Event, rewritten every pass until the API server has it; the windows are kept; nothing is retried
+   until the Secret changes. A 5xx/429/unreachable provider: retried with backoff (or the provider's
+   ``Retry-After``), the old login kept (it is still valid: the refresh started long before expiry).
+6. **Never twice.** ``status.refreshInFlight`` (the token's fingerprint) is written before a refresh
+   request goes out. An answer lost after the request may have reached the provider, or a restart
+   that finds the mark on the Secret's token: that token is never sent again; the current access token
+   stays in use until it expires; ``LoginRefreshed=False/RefreshAnswerLost``, one Warning Event and the
+   gauge ``agentbox_login_refresh_answer_lost`` ask a human to log in again.
+
+Only objects a box controls are touched: pushes go to its own credentials Secret and pod
+(`controller.kube.exec.owned_exec`; a squatter raises ``NotOwned``).
 """
 
 from __future__ import annotations
@@ -113,6 +124,8 @@ class LoginKeeper:
     verdicts: dict[str, str | None] = field(default_factory=dict)   # candidate access fp -> identity (None: refused)
     refused_boxes: dict[str, str] = field(default_factory=dict)     # box -> refused candidate's access fp
     _last_boxes: list[_Box] = field(default_factory=list)
+    sent_candidates: set[str] = field(default_factory=set)   # candidate refresh tokens sent (never sent twice)
+    secret_fp: str | None = None           # refresh token of the Subscription's login at this tick
 
     @property
     def marker(self) -> str:
@@ -143,6 +156,7 @@ class LoginKeeper:
             return KeepResult(login, status, far)
         gen = status.get("observedGeneration")
         fp = token_fingerprint(login.refresh_token)
+        self.secret_fp = fp
         if not self._marker_checked:
             # A refresh marked in flight by an earlier run whose answer never reached the Secret: the
             # provider may have spent the token; it is never sent again (a second use revokes the chain).
@@ -277,13 +291,18 @@ class LoginKeeper:
 
     # ------------------------------------------------------------------ refresh
     async def _refresh(self, provider: str, login: Login, text: str, ref: Any,
-                       now: datetime) -> tuple[Login, str] | str:
+                       now: datetime, candidate: str | None = None) -> tuple[Login, str] | str:
         """Spend the refresh token once. (login, text) on success; "refused" (Disconnected), "lost" (the
         answer did not arrive: never resent) or "error" (not spent: retried after the backoff or the
         provider's Retry-After, whichever is longer).
 
         Write-ahead: ``status.refreshInFlight`` holds the token's fingerprint while the request is out, so
         a controller that dies before storing the answer never sends the token again after a restart.
+
+        ``candidate`` (a box name): ``login`` is a login found in that box, being confirmed before it is
+        adopted. A refusal then only refuses the candidate (returns "refused"; the caller reports it, the
+        Subscription's own login is not marked refused); a lost answer puts the Subscription's current
+        login in the answer-lost state (the agent that refreshed has spent it).
         """
         import aiohttp
 
@@ -304,13 +323,18 @@ class LoginKeeper:
                     new_text = await refresh_login(session, provider, text, login, token_url=url, now=now,
                                                    notes=notes)
         except RefreshRefused as exc:
+            if candidate is not None:
+                log.warning("Subscription %s: the refresh token of the login in box %s was refused: %s", self.marker,
+                            candidate, exc)
+                await self._clear_in_flight()
+                return "refused"
             self.refused_fp = fp
             self.refused_msg = f"The provider refused to renew the login ({exc}); update the login Secret {ref.name!r}"
             self.post_event("Warning", "LoginRefreshRefused", self.refused_msg)
             log.warning("Subscription %s: %s", self.marker, exc)
             return "refused"
         except RefreshLost as exc:
-            self._answer_lost(fp, ref, str(exc))
+            self._answer_lost(self.secret_fp if candidate is not None and self.secret_fp else fp, ref, str(exc))
             return "lost"
         except (RefreshUnavailable, RefreshError) as exc:
             from datetime import timedelta
@@ -569,8 +593,10 @@ class LoginKeeper:
 
         A candidate is a login with a refresh token and a later expiry than the Secret's. Nothing in the
         file decides (markers and account ids can be copied): the candidate's access token is shown to
-        the provider (`_verify`) and must belong to the identity in ``status.account``. Only its tokens
-        are grafted onto the Secret's login file (nothing else from the box reaches the Secret). Every
+        the provider (`_verify`) and must belong to the identity in ``status.account``; then its refresh
+        token (and expiry, still the box's word) is confirmed by spending it once (`_refresh` with
+        ``candidate``), and only the provider's answer is grafted onto the Secret's login file and stored
+        (nothing else from the box reaches the Secret). Every
         adoption is a Normal Event naming the box; a refused candidate is a Warning naming the box, once
         per login, and that box gets no pushes while it holds it.
 
@@ -621,18 +647,40 @@ class LoginKeeper:
                                     "pushes while it holds it")
                     log.warning("Subscription %s: login in box %s refused: %s", self.marker, box.name, why)
                 continue
-            new_text = self._mark(provider, self._graft(provider, text, live))
-            adopted = parse_login(provider, new_text)
+            # The provider confirmed the access token's account, nothing else: the refresh token and the
+            # expiry are still the box's word. The candidate's refresh token is spent once, here, and only
+            # the provider's answer (new tokens, its own expires_in) is stored and passed on.
+            cand_text = self._mark(provider, self._graft(provider, text, live))
+            cand = parse_login(provider, cand_text)
+            cfp = token_fingerprint(cand.refresh_token)
+            if cfp in self.sent_candidates:
+                continue  # sent once already: a second use would revoke the chain
+            if len(self.sent_candidates) > 256:
+                self.sent_candidates.pop()
+            self.sent_candidates.add(cfp)
+            outcome = await self._refresh(provider, cand, cand_text, ref, now, candidate=box.name)
+            if outcome == "error":  # not spent: may be sent again later
+                self.sent_candidates.discard(cfp)
+                undecided = True
+                continue
+            if outcome == "lost":
+                return None
+            if outcome == "refused":
+                metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "refused").inc()
+                self.refused_boxes[box.name] = held.fingerprint
+                self.post_event("Warning", "LoginCandidateRefused",
+                                f"Box {box.name} holds a newer login that was not adopted: the provider refused its "
+                                f"refresh token. The Secret {ref.name!r} and the other boxes are untouched; box "
+                                f"{box.name} gets no login pushes while it holds it")
+                continue
+            assert isinstance(outcome, tuple)
             self.adopted += 1
-            self.identity_fp = adopted.fingerprint
             metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "adopted").inc()
             self.post_event("Normal", "LoginAdopted",
                             f"Box {box.name} held a newer login of this account (an agent refreshed it; the "
-                            f"provider confirmed the account); stored it in Secret {ref.name!r} and passed it to "
-                            "the other boxes")
-            await self._store(ref, new_text)
-            await self.propagate(provider, new_text)
-            return adopted, new_text
+                            f"provider confirmed the account and renewed it); stored it in Secret {ref.name!r} and "
+                            "passed it to the other boxes")
+            return outcome
         return _UNDECIDED if undecided else None
 
     @staticmethod

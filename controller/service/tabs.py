@@ -26,7 +26,7 @@ from controller.domain.resume import (
 )
 from controller.domain.signals import last_lines, merge
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
-from controller.domain.types import Detection, LimitKind, TabState
+from controller.domain.types import Detection, LimitKind, TabState, plausible_reset
 from controller.kube.exec import owned_exec
 from controller.kube.objects import NotOwned, box_container, make_box_secret, owned_by, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
@@ -49,7 +49,7 @@ def _parse_time(value: str | None) -> datetime | None:
         return None
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
-    except ValueError:
+    except (ValueError, OverflowError):  # year 9999 at -12:00 is year 10000 in UTC
         return None
 
 
@@ -130,6 +130,8 @@ class BoxWatcher:
             settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
         )
         self._pattern_errors: set[str] = set()   # invalid user patterns already reported
+        self._ignored: dict[str, tuple[str, tuple[str, ...]]] = {}  # source -> (reason, messages): InputIgnored
+        self._resume_at_done: str | None = None  # the resume-at annotation value already acted upon
         self._output_problem: str | None = None  # the box printed more than exec_max_output_bytes
         self.current: str | None = None          # subscription the box runs on (status.subscription)
         self.next_sub: str | None = None
@@ -216,8 +218,8 @@ class BoxWatcher:
             return s.scan_interval_s
         self._output_problem = None
 
-        annotations = (body.get("metadata") or {}).get("annotations") or {}
         now = self.rt.clock()
+        annotations = self._annotation_problems((body.get("metadata") or {}).get("annotations") or {}, now)
         dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
         dets = await self._structured(term, spec, dets, now, screens)
         await self._subscriptions(term, tabs, dets, inputs, spec, body, now)
@@ -316,15 +318,17 @@ class BoxWatcher:
         seen = self._structured_seen
         reuse = (isinstance(term, StreamTerminal) and term.stream.connected and seen is not None
                  and seen[0] == digest and (now - seen[1]).total_seconds() < self.rt.settings.stream_rescan_s)
+        problems: list[str] = []
         try:
             if reuse:
-                usage, source = seen[2]  # type: ignore[index]
+                usage, source, problems = seen[2]  # type: ignore[index]
             else:
-                usage, source = await read_structured(term.exec_fn, spec.agent, now)
-                self._structured_seen = (digest, now, (usage, source))
+                usage, source = await read_structured(term.exec_fn, spec.agent, now, problems)
+                self._structured_seen = (digest, now, (usage, source, problems))
         except Exception as exc:  # noqa: BLE001 - no structured data is a normal case
             log.debug("Box %s/%s: no structured usage (%s)", self.namespace, self.name, type(exc).__name__)
             return dets
+        self._ignore("files", C.R_INVALID_BOX_FILE, problems)
         if usage is None:
             return dets
         return {name: merge(det, usage, source, now) for name, det in dets.items()}
@@ -544,6 +548,33 @@ class BoxWatcher:
             return result
         return run
 
+    def _ignore(self, source: str, reason: str, messages: list[str]) -> None:
+        """Record the invalid inputs of one source (patterns, annotations, box files) for the
+        InputIgnored condition; a Warning for each message the first time it appears."""
+        before = self._ignored.get(source, (reason, ()))[1]
+        for msg in messages:
+            if msg not in before:
+                self.post_event("Warning", reason, msg)
+        if messages:
+            self._ignored[source] = (reason, tuple(dict.fromkeys(messages)))
+        else:
+            self._ignored.pop(source, None)
+
+    def _annotation_problems(self, annotations: dict[str, str], now: datetime) -> dict[str, str]:
+        """The box's annotations, without a resume-at that is not an instant within 31 days (reported
+        as InvalidAnnotation naming it) or that was already acted upon (one request, one resume)."""
+        raw = annotations.get(C.ANNOTATION_RESUME_AT)
+        problems: list[str] = []
+        if raw is not None:
+            at = _parse_time(raw)
+            if at is None or plausible_reset(at, now) is None:
+                problems.append(f"metadata.annotations[{C.ANNOTATION_RESUME_AT}]: {raw[:64]!r} is not an RFC 3339 "
+                                "instant within 31 days of now; ignored")
+            if problems or raw == self._resume_at_done:
+                annotations = {k: v for k, v in annotations.items() if k != C.ANNOTATION_RESUME_AT}
+        self._ignore("annotations", C.R_INVALID_ANNOTATION, problems)
+        return annotations
+
     def _user_patterns(self, spec: AgentBoxSpec) -> list[Any]:
         from controller.domain.detection import InvalidPattern, compile_user_pattern
 
@@ -556,9 +587,8 @@ class BoxWatcher:
             except InvalidPattern as exc:
                 msg = str(exc)
                 errors.add(msg)
-                if msg not in self._pattern_errors:  # once per pattern while it stays broken, not per scan
-                    self.post_event("Warning", C.R_INVALID_PATTERN, msg)
         self._pattern_errors = errors
+        self._ignore("patterns", C.R_INVALID_PATTERN, [e + " (the pattern is ignored)" for e in sorted(errors)])
         return out
 
     def _detect(self, agent: str, screen: str, now: datetime, tz: str, patterns: list[Any]) -> Detection:
@@ -586,6 +616,8 @@ class BoxWatcher:
                       message=f"Resume requested by annotation for {at:%H:%M:%S} UTC")
         if at > now:
             return TabPlan(rec, wake_at=at)
+        if C.ANNOTATION_RESUME_AT in annotations and C.ANNOTATION_RESUME_NOW not in annotations:
+            self._resume_at_done = annotations[C.ANNOTATION_RESUME_AT]  # acted upon: once, not every pass
         if stalled:
             self.seen.pop(rec.name, None)
         return TabPlan(replace(rec, resets_at=None), action=Action.CHECK_USAGE, event="ResumeRequested")
@@ -824,12 +856,13 @@ class BoxWatcher:
             conds = set_condition(conds, C.COND_NEEDS_ATTENTION, True, reason, msg, now, gen)
         else:
             conds = set_condition(conds, C.COND_NEEDS_ATTENTION, False, C.R_ALL_CLEAR, "No tab needs a human", now, gen)
-        if self._pattern_errors:
-            conds = set_condition(conds, C.COND_INVALID_PATTERNS, True, C.R_INVALID_PATTERN,
-                                  "; ".join(sorted(self._pattern_errors)) + " (the pattern is ignored)", now, gen)
-        elif spec.detection.patterns or any(c.get("type") == C.COND_INVALID_PATTERNS for c in conds):
-            conds = set_condition(conds, C.COND_INVALID_PATTERNS, False, "PatternsCompile",
-                                  "Every spec.detection.patterns[] regex compiles", now, gen)
+        if self._ignored:
+            first = next(iter(self._ignored.values()))[0]
+            conds = set_condition(conds, C.COND_INPUT_IGNORED, True, first,
+                                  "; ".join(m for _, msgs in self._ignored.values() for m in msgs), now, gen)
+        elif any(c.get("type") == C.COND_INPUT_IGNORED for c in conds):
+            conds = set_condition(conds, C.COND_INPUT_IGNORED, False, C.R_ALL_CLEAR,
+                                  "Every pattern, annotation and box file read is valid", now, gen)
         if self.reserved:
             conds = set_condition(conds, C.COND_RESERVED, True, "ReserveReached", self.reserved, now, gen)
         else:

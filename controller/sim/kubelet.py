@@ -9,7 +9,8 @@ What it models (and tests rely on):
   and directory gets that group, files ``|= 0440`` (read-only volumes), directories ``|= 0550`` and setgid
   (kubelet ``SetVolumeOwnership``); Secret and ConfigMap volumes are mounted read-only (kernel-enforced:
   ``EROFS``); a missing Secret keeps the container in ``ContainerCreating``; Secret updates are projected
-  into running pods.
+  into running pods. A ``persistentVolumeClaim`` needs the claim to exist and maps to a directory that
+  outlives the pod (root-owned 0755 when new, group-owned setgid ``g+rwx`` with a pod ``fsGroup``).
 * **The container's user**: ``runAsUser``/``runAsGroup`` (container over pod over the image's ``USER``),
   supplementary groups ``[gid, *supplementalGroups, fsGroup]``; ``runAsNonRoot`` with uid 0 is a
   ``CreateContainerConfigError``.  The process really runs as that uid/gid (``setgroups``/``setgid``/
@@ -590,7 +591,14 @@ class Kubelet:
 
     # ------------------------------------------------------------------ volumes and mounts
     def _volume_dir(self, pod: JsonObj, volume: str) -> pathlib.Path:
+        for vol in (pod.get("spec") or {}).get("volumes") or []:
+            if vol.get("name") == volume and "persistentVolumeClaim" in vol:
+                return self.claim_dir(pod["metadata"]["namespace"], vol["persistentVolumeClaim"].get("claimName", ""))
         return self.pod_dir(pod["metadata"]["namespace"], pod["metadata"]["name"]) / "volumes" / volume
+
+    def claim_dir(self, namespace: str, claim: str) -> pathlib.Path:
+        """Host directory of a PersistentVolumeClaim's volume: outlives the pods that mount it."""
+        return self.root / ".claims" / namespace / claim
 
     def _setup_volumes(self, pod: JsonObj) -> None:
         spec = pod.get("spec") or {}
@@ -607,8 +615,21 @@ class Kubelet:
             elif "secret" in vol or "configMap" in vol:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 write_projection(target, self._projected_files(pod, vol), fs_group)
+            elif "persistentVolumeClaim" in vol:
+                # A provisioned volume: root-owned 0755 when new; with fsGroup the kubelet makes it group-owned,
+                # group-writable and setgid (SetVolumeOwnership). Its content survives the pod.
+                claim = vol["persistentVolumeClaim"].get("claimName", "")
+                if self.kube.get("v1/persistentvolumeclaims", pod["metadata"]["namespace"], claim) is None:
+                    raise VolumeError(f'persistentvolumeclaim "{claim}" not found')
+                if not target.exists():
+                    target.mkdir(parents=True)
+                    target.chmod(0o755)
+                if fs_group is not None:
+                    os.chown(target, -1, int(fs_group))
+                    target.chmod(target.stat().st_mode & 0o7777 | 0o2070)
             else:
-                raise VolumeError(f"volume {vol['name']!r}: only secret, configMap and emptyDir are emulated")
+                raise VolumeError(f"volume {vol['name']!r}: only secret, configMap, emptyDir and "
+                                  "persistentVolumeClaim are emulated")
 
     def _projected_files(self, pod: JsonObj, vol: JsonObj) -> dict[str, tuple[bytes, int]]:
         ns = pod["metadata"]["namespace"]
@@ -672,7 +693,8 @@ class Kubelet:
             vol = vols.get(m.get("name"))
             if vol is None:
                 continue
-            ro = bool(m.get("readOnly")) or "secret" in vol or "configMap" in vol
+            ro = bool(m.get("readOnly")) or "secret" in vol or "configMap" in vol or \
+                bool((vol.get("persistentVolumeClaim") or {}).get("readOnly"))
             host = self._volume_dir(pod, vol["name"])
             if m.get("subPath"):
                 host = host / m["subPath"]
@@ -786,11 +808,11 @@ class Kubelet:
         return [*_INIT, json.dumps(spec)]
 
     def run(self, namespace: str, pod: str, argv: list[str], container: str | None = None,
-            timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
-        """Run a command in a container from a test (blocking; as ``kubectl exec`` would)."""
+            timeout: float = 10.0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run a command in a container from a test (blocking; as ``kubectl exec [-i]`` would)."""
         name = container or next(iter(self.pods[(namespace, pod)].containers))
         return subprocess.run(self.exec_argv(namespace, pod, name, argv), capture_output=True, text=True,
-                              timeout=timeout, cwd=str(REPO_ROOT), check=False)
+                              timeout=timeout, cwd=str(REPO_ROOT), check=False, input=stdin)
 
 
 def _pids_in_namespace(ns_id: str) -> list[int]:

@@ -7,7 +7,8 @@
 #  3. Starts the tmux session `agentbox` with one tab (window) running the agent, then stays up.
 # Environment: AGENTBOX_AGENT (set by the controller: claude-code | codex | ... | shell),
 #   AGENTBOX_COMMAND (override the tab's command), AGENTBOX_TABS (extra tab names, space-separated;
-#   each starts a shell).
+#   each starts a shell), AGENTBOX_CODEX_APPROVAL_POLICY / AGENTBOX_CODEX_SANDBOX_MODE /
+#   AGENTBOX_CLAUDE_PERMISSION_MODE (the agents' permission modes, written into their settings).
 set -eu
 
 CREDS=${AGENTBOX_CREDENTIALS_DIR:-/var/run/agentbox/credentials}
@@ -48,6 +49,35 @@ hide_rate_limit_model_nudge = true
 trust_level = "trusted"
 TOML
 fi
+
+# Permission / approval modes for unattended work (docs/configuration.md#unattended-boxes-permission-and-approval-modes),
+# written into the agents' own settings at every start so they also hold after the controller restarts
+# Codex with `codex resume --last` (which carries no flags). Unset: the files are left as they are.
+toml_top() {  # toml_top <file> <key> <value>: set a top-level string key of a TOML file (before any [table])
+  if grep -q "^$2 = " "$1"; then
+    sed "s|^$2 = .*|$2 = \"$3\"|" "$1" > "$1.tmp"
+  else
+    { printf '%s = "%s"\n' "$2" "$3"; cat "$1"; } > "$1.tmp"
+  fi
+  mv "$1.tmp" "$1"
+}
+case "${AGENTBOX_CODEX_APPROVAL_POLICY:-}" in
+  "") ;;
+  untrusted|on-failure|on-request|never) toml_top "$HOME/.codex/config.toml" approval_policy "$AGENTBOX_CODEX_APPROVAL_POLICY" ;;
+  *) echo "agentbox: AGENTBOX_CODEX_APPROVAL_POLICY must be untrusted, on-failure, on-request or never" >&2; exit 2 ;;
+esac
+case "${AGENTBOX_CODEX_SANDBOX_MODE:-}" in
+  "") ;;
+  read-only|workspace-write|danger-full-access) toml_top "$HOME/.codex/config.toml" sandbox_mode "$AGENTBOX_CODEX_SANDBOX_MODE" ;;
+  *) echo "agentbox: AGENTBOX_CODEX_SANDBOX_MODE must be read-only, workspace-write or danger-full-access" >&2; exit 2 ;;
+esac
+case "${AGENTBOX_CLAUDE_PERMISSION_MODE:-}" in
+  "") ;;
+  default|acceptEdits|plan|bypassPermissions)
+    jq --arg m "$AGENTBOX_CLAUDE_PERMISSION_MODE" '.permissions.defaultMode = $m' "$settings" > "$settings.tmp" \
+      && mv "$settings.tmp" "$settings" ;;
+  *) echo "agentbox: AGENTBOX_CLAUDE_PERMISSION_MODE must be default, acceptEdits, plan or bypassPermissions" >&2; exit 2 ;;
+esac
 
 # tmux: long scrollback (the controller reads the live bottom; humans scroll), no auto-renamed windows
 # (the controller addresses tabs by name).
