@@ -131,7 +131,7 @@ async def test_calls_share_one_pool_and_start_no_thread(kube: KubeEmulator, box:
     threads = threading.active_count()
     results = await asyncio.gather(*(aexec.run("default", box, "box", ["echo", str(i)]) for i in range(30)))
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(30)]
-    assert threading.active_count() == threads
+    assert threading.active_count() <= threads  # (a previous test's thread may end meanwhile)
     assert aexec.calls == 30 and aexec.open_streams == 0
 
 
