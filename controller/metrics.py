@@ -87,6 +87,9 @@ USAGE_READS = _counter("agentbox_usage_reads_total", "Usage API reads, by provid
 EXEC_CALLS = _counter("agentbox_exec_calls_total", "Pod exec calls, by result (ok | nonzero | error).", ("result",))
 DEADLINE_LAG = Histogram("agentbox_deadline_lag_seconds", "Now minus the due time when a scheduled action runs.",
                          buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300), registry=REGISTRY)
+JOURNAL_RECOVERIES = _counter("agentbox_journal_recoveries_total", "Unfinished multi-step actions found at the start "
+                              "of a pass (after a restart or a failed pass), by action, the step reached and "
+                              "result (resume | done | abandon).", ("action", "step", "result"))
 EVENTS = _counter("agentbox_events_total", "Kubernetes Events by kind (Normal | Warning), reason and result: "
                   "posted (a new Event, or one re-announced after a quiet period) or repeated (folded into the "
                   "count of the same Event).", ("kind", "reason", "result"))

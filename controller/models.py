@@ -165,6 +165,21 @@ class AgentBoxSpec(_Model):
         return value
 
 
+class TabJournal(_Model):
+    """A multi-step action on the tab, written before each step (a restarted controller completes it)."""
+
+    action: Literal["Continue", "RestartAndContinue", "AnswerMenu"] = Field(
+        description="Continue: type the continue text, then Enter. RestartAndContinue: Ctrl-C twice, relaunch the "
+                    "agent, wait for it, then continue. AnswerMenu: press the 'Stop and wait' number.")
+    step: Literal["Interrupt", "Relaunch", "AwaitAgent", "Type", "Enter", "Press"] = Field(
+        description="The step written ahead of being performed; after a crash the screen tells whether it happened.")
+    started_at: Instant = Field(description="When the action started (UTC RFC 3339).")
+    step_at: Instant | None = Field(None, description="When this step was written (UTC RFC 3339).")
+    for_key: str | None = Field(None, max_length=64, description="Identity of the limit event the action answers.")
+    text: str | None = Field(None, max_length=64, description="The text the action types (the continue text) or the menu digit.")
+    recoveries: int = Field(0, ge=0, description="Restarts that each picked the action up (after 3 a human is asked).")
+
+
 TabStateName = Literal["Working", "Idle", "RateLimited", "AwaitingInput", "Resuming", "NeedsAttention", "Unknown"]
 
 
@@ -184,6 +199,7 @@ class TabStatus(_Model):
     sent_at: Instant | None = Field(None, description="When that resume was sent (UTC RFC 3339).")
     attempts: int = Field(0, description="Resumes sent for consecutive limit events without progress.")
     stopped_by_reserve: bool = Field(False, description="The reserve stopped this tab; it resumes when the reserve lifts.")
+    journal: TabJournal | None = Field(None, description="The multi-step action in progress on this tab (absent when none).")
 
 
 BoxState = Literal["Pending", "Running", "RateLimited", "Reserved", "NeedsAttention", "Error"]

@@ -259,3 +259,28 @@ def test_codex_heads_up_wordings_are_warnings():
                  "⚠ Heads up, you have less than 10% of your weekly limit left. Run /status for a breakdown."):
         result = detect("codex", codex(line), at("2026-05-01T10:00:00Z"), "UTC")
         assert result.state is TabState.IDLE and result.kind is LimitKind.WARNING, (line, result.to_json())
+
+
+def test_the_family_hint_only_skips_lines_no_family_matches():
+    """The fast first check (Profile.family_hint) never changes a verdict: every corpus screen and
+    every captured real screen reads the same with it switched off."""
+    import dataclasses
+    import json
+    import pathlib
+
+    from controller.agents.base import get_profile
+    from controller.domain.detection import detect_screen
+
+    fixtures = pathlib.Path(__file__).parent / "fixtures"
+    cases = [(c["agent"], c["screen"], at(c["now"]), c["tz"])
+             for c in map(json.loads, (fixtures / "corpus" / "limit-screens.jsonl").read_text().splitlines())]
+    for folder in (fixtures / "real-screens").iterdir():
+        if folder.is_dir():
+            for name, meta in json.loads((folder / "screens.json").read_text()).items():
+                cases.append((meta["agent"], (folder / name).read_text(), at(meta["now"]), meta["tz"]))
+    assert len(cases) > 80
+    for agent, screen, now, tz in cases:
+        profile = get_profile(agent)
+        assert profile.family_hint is not None
+        plain = dataclasses.replace(profile, family_hint=None)
+        assert detect_screen(profile, screen, now, tz) == detect_screen(plain, screen, now, tz), screen

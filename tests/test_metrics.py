@@ -16,7 +16,7 @@ FORBIDDEN_LABELS = {"token", "access_token", "account", "account_id", "email", "
                     "message", "text", "line", "evidence", "tab", "pod", "resets_at", "time", "url"}
 # Every label in use, on purpose: object names the user chose, or small closed sets.
 ALLOWED_LABELS = {"namespace", "box", "subscription", "agent", "result", "reason", "window", "state", "source",
-                  "kind", "provider", "version"}
+                  "kind", "provider", "version", "action", "step"}  # action, step: closed enums (journal)
 
 
 def families():

@@ -294,3 +294,34 @@ def test_captured_real_screen_is_detected(version: str, name: str, meta: dict):
     ok, detected, reset, problems = check(meta["agent"], (SCREENS / version / name).read_text(), now, meta["tz"],
                                           meta["expect"])
     assert ok, f"{version}/{name}: detected {detected}, reset {reset}: {problems}"
+
+
+@pytest.mark.timeout(240)
+async def test_claude_half_typed_line_after_the_reset_is_reported_once_and_not_spun_on(real: tuple[World, RealAgents]):
+    """Issue 9, finding 5, with the real CLI: a half-typed line left in the input after the reset holds
+    the resume (never typed over) with ONE PromptNotEmpty Warning, and the watcher does not spin on
+    the unchanged tab (it made thousands of exec calls a minute before)."""
+    world, agents = real
+    box = "claude-half"
+    world.start_operator()
+    await start_claude(world, agents, box, auto_continue=False)
+    try:
+        await eventually(lambda: any(e["reason"] == "AnsweredLimitMenu" for e in world.events(box)), 30,
+                         what="the limit menu answered")
+        await eventually(lambda: "What do you want to do?" not in world.screen(box, "main"), 10, what="menu closed")
+        keys(world, box, "-l", "fix the parser and")
+        await eventually(lambda: tab_status(world, box).get("state") == "NeedsAttention", RESET_AHEAD_S + 40,
+                         what="NeedsAttention after the reset")
+    except TimeoutError:
+        raise AssertionError(dump(world, box)) from None
+
+    def passes() -> int:
+        return sum(1 for r in world.kube.exec_journal if r.pod == box and "list-windows" in r.argv)
+    start, t0 = passes(), time.monotonic()
+    await eventually(lambda: passes() >= start + 4, 40, every=0.05, what="4 watcher passes")
+    took = time.monotonic() - t0
+    assert took >= 3 * REAL.scan_interval_s * 0.8, f"4 passes in {took:.2f} s: the watcher spins"
+    warned = [e for e in world.events(box) if e["reason"] == "PromptNotEmpty"]
+    assert len(warned) == 1 and int(warned[0].get("count") or 1) == 1, warned
+    assert "continue" not in [t.text for t in world.provider.turns], "nothing typed over the line"
+    assert "fix the parser and" in world.screen(box, "main")

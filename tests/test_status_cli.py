@@ -26,47 +26,51 @@ from controller.statusview import bar, build_view, duration, render_table, route
 from tests.harness.world_fixtures import FAST
 
 PLUGIN = Path(sys.executable).parent / "kubectl-agentbox"
-NOW = datetime.now(timezone.utc).replace(microsecond=0)
-
-
 def z(dt: datetime) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-SUB_STATUS = {
-    "claude-a": {"state": "Reserved", "windows": {"fiveHour": {"utilization": 83.0, "resetsAt": z(NOW + timedelta(hours=1, minutes=20))},
-                                                  "weekly": {"utilization": 21.0, "resetsAt": z(NOW + timedelta(days=4))}},
-                 "reservedUntil": z(NOW + timedelta(hours=1, minutes=20)),
-                 "threshold": "Boxes stop at 80% of the 5-hour limit; the weekly limit has no reserve.",
-                 "message": "Reserved until later: keeping 20% of the 5-hour limit",
-                 "loginExpiresAt": z(NOW + timedelta(hours=7, minutes=30)), "readAt": z(NOW)},
-    "claude-b": {"state": "Disconnected", "windows": {"fiveHour": {"utilization": 5.0}},
-                 "threshold": "No reserve: boxes run until a limit is reached.",
-                 "conditions": [{"type": "CredentialsValid", "status": "False", "reason": "RefreshRefused",
-                                 "message": "The provider refused to renew the login; update the login Secret 'login-b'",
-                                 "lastTransitionTime": z(NOW)}]},
-}
-BOX_STATUS = {
-    "box-a": {"state": "RateLimited", "subscription": "claude-a", "nextSubscription": "claude-c", "pod": "box-a",
-              "resumeAt": z(NOW + timedelta(minutes=12)),
-              "tabs": [{"name": "main", "state": "RateLimited", "resumeAt": z(NOW + timedelta(minutes=12)),
-                        "message": "waiting for the 5-hour reset"},
-                       {"name": "side", "state": "AwaitingInput", "message": "an approval prompt"}],
-              "conditions": [{"type": "Ready", "status": "True", "reason": "Running", "lastTransitionTime": z(NOW)},
-                             {"type": "NeedsAttention", "status": "True", "reason": "ResumeFailed",
-                              "message": "tab side: a resume did not take effect", "lastTransitionTime": z(NOW)}]},
-}
+def statuses(NOW: datetime) -> tuple[dict[str, Any], dict[str, Any]]:  # noqa: N803
+    """The seeded statuses, relative to the instant they are written (the assertions allow a minute)."""
+    SUB_STATUS = {
+        "claude-a": {"state": "Reserved", "windows": {"fiveHour": {"utilization": 83.0, "resetsAt": z(NOW + timedelta(hours=1, minutes=20))},
+                                                      "weekly": {"utilization": 21.0, "resetsAt": z(NOW + timedelta(days=4))}},
+                     "reservedUntil": z(NOW + timedelta(hours=1, minutes=20)),
+                     "threshold": "Boxes stop at 80% of the 5-hour limit; the weekly limit has no reserve.",
+                     "message": "Reserved until later: keeping 20% of the 5-hour limit",
+                     "loginExpiresAt": z(NOW + timedelta(hours=7, minutes=30)), "readAt": z(NOW)},
+        "claude-b": {"state": "Disconnected", "windows": {"fiveHour": {"utilization": 5.0}},
+                     "threshold": "No reserve: boxes run until a limit is reached.",
+                     "conditions": [{"type": "CredentialsValid", "status": "False", "reason": "RefreshRefused",
+                                     "message": "The provider refused to renew the login; update the login Secret 'login-b'",
+                                     "lastTransitionTime": z(NOW)}]},
+    }
+    BOX_STATUS = {
+        "box-a": {"state": "RateLimited", "subscription": "claude-a", "nextSubscription": "claude-c", "pod": "box-a",
+                  "resumeAt": z(NOW + timedelta(minutes=12)),
+                  "tabs": [{"name": "main", "state": "RateLimited", "resumeAt": z(NOW + timedelta(minutes=12)),
+                            "message": "waiting for the 5-hour reset"},
+                           {"name": "side", "state": "AwaitingInput", "message": "an approval prompt"}],
+                  "conditions": [{"type": "Ready", "status": "True", "reason": "Running", "lastTransitionTime": z(NOW)},
+                                 {"type": "NeedsAttention", "status": "True", "reason": "ResumeFailed",
+                                  "message": "tab side: a resume did not take effect", "lastTransitionTime": z(NOW)}]},
+    }
+    return SUB_STATUS, BOX_STATUS
+
+
+SUB_STATUS, _ = statuses(datetime.now(timezone.utc))   # for the parts that do not depend on time
 
 
 async def _seed(world: World) -> None:
+    sub_status, box_status = statuses(datetime.now(timezone.utc).replace(microsecond=0))
     await world.add_subscription("claude-a", "anthropic", "login-a", "credentials.json",
                                  reserve={"fiveHourPercent": 20}, displayName="dev@example.com")
     await world.add_subscription("claude-b", "anthropic", "login-b", "credentials.json")
     await world.add_box("box-a", "claude-code", "claude-a",
                         whenAgentStops={"rotation": {"enabled": True}})
-    for name, status in SUB_STATUS.items():
+    for name, status in sub_status.items():
         await world.patch(world.sub_path(name) + "/status", {"status": status})
-    for name, status in BOX_STATUS.items():
+    for name, status in box_status.items():
         await world.patch(world.box_path(name) + "/status", {"status": status})
     # Another namespace, seen only with -A.
     await world.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})

@@ -151,6 +151,8 @@ class Profile:
             "Increase your limits to continue"): kind CREDITS.
         auto_in_line: the native wait announced after a limit statement on the same line
             ("Usage limit reached · limit resets 5:13pm Continuing automatically at 5:13pm").
+        family_hint: a line without a match here cannot match any family of this profile (checked
+            first, for speed; :data:`FAMILY_HINT` for the built-in profiles).
     """
 
     agent: str
@@ -179,6 +181,16 @@ class Profile:
     reset_clause: re.Pattern[str] | None = RESET_CLAUSE
     credits_hint: re.Pattern[str] | None = None
     auto_in_line: re.Pattern[str] | None = None
+    family_hint: re.Pattern[str] | None = None
+
+
+# Every line a built-in family can match holds one of these words (a fast first check, not a rule).
+FAMILY_HINT = re.compile(
+    r"limit|usage|credit|spend|quota|automatic|continu|retry|retrying|overload|capacity|429|529|reset|"
+    r"l[íi]mite|heads up|approaching|now using|wrap up|used\s+(?:over\s+)?\d|connecting|attempt|demand|"
+    r"out of|allowance",
+    re.IGNORECASE,
+)
 
 
 def _rx(*patterns: str) -> tuple[re.Pattern[str], ...]:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from controller.agents.base import (
     ADVERB,
+    FAMILY_HINT,
     AUTO_CONTINUE,
     GENERIC_AWAITING,
     GENERIC_WORKING_HINTS,
@@ -190,5 +191,6 @@ PROFILE = Profile(
     restart_argv=None,
     credential_path="~/.claude/.credentials.json",
     credential_secret_key="credentials.json",
+    family_hint=FAMILY_HINT,
     auto_in_line=re.compile(AUTO_CONTINUE + r"|Continuing shortly\b", re.IGNORECASE),
 )

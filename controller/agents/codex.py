@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from controller.agents.base import (
     ADVERB,
+    FAMILY_HINT,
     GENERIC_AWAITING,
     GENERIC_WORKING_HINTS,
     HIT,
@@ -151,6 +152,7 @@ PROFILE = Profile(
     restart_argv=("codex", "resume", "--last"),
     credential_path="~/.codex/auth.json",
     credential_secret_key="auth.json",
+    family_hint=FAMILY_HINT,
     # a usage line with no time at all and this remedy is the workspace owner's cap (corpus N31)
     credits_hint=re.compile(r"Increase your limits|(?:ask|contact) your (?:workspace )?(?:admin|owner)", re.IGNORECASE),
 )

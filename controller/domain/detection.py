@@ -468,7 +468,8 @@ def _classify(
         # a menu option ("2. Wait here, then continue automatically at 5:41pm") is a choice, not an event
         info.option = (int(m.group("num")), m.group("text").strip())
         info.cursor = bool(m.group("cursor"))
-    for attr, cls in _FAMILIES if info.option is None else ():
+    hinted = profile.family_hint is None or profile.family_hint.search(text) is not None
+    for attr, cls in _FAMILIES if info.option is None and hinted else ():
         for pattern in getattr(profile, attr):
             m = _match(pattern, text)
             if m is None:

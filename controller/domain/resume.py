@@ -90,6 +90,7 @@ class TabRecord:
     attempts: int = 0
     last_input_at: datetime | None = None
     stopped_by_reserve: bool = False
+    journal: "Journal | None" = None
 
 
 class Action(str, enum.Enum):
@@ -412,3 +413,130 @@ def stall_plan(rec: TabRecord, det: Detection, unchanged_since: datetime, now: d
     first = rec.phase != Phase.NEEDS_ATTENTION
     return TabPlan(replace(rec, phase=Phase.NEEDS_ATTENTION, limit_key="stalled", message=message,
                            resume_at=None), event="Stalled" if first else None)
+
+
+# ----------------------------------------------------------------------------- resumable actuation
+class JournalAction(str, enum.Enum):
+    """A multi-step action on one tab (persisted as status.tabs[].journal.action)."""
+
+    CONTINUE = "Continue"                    # type the continue text, then Enter
+    RESTART = "RestartAndContinue"           # Ctrl-C twice, relaunch the agent, wait for it, continue
+    ANSWER_MENU = "AnswerMenu"               # press the number of "Stop and wait for limit to reset"
+
+
+class Step(str, enum.Enum):
+    """One step of a journaled action, written to status *before* it is performed."""
+
+    INTERRUPT = "Interrupt"      # Ctrl-C, pause, Ctrl-C; then wait for the shell
+    RELAUNCH = "Relaunch"        # the restart argv and Enter, in one tmux call (a shell takes no paste)
+    AWAIT_AGENT = "AwaitAgent"   # wait until the relaunched agent shows its input box
+    TYPE = "Type"                # the continue text, typed literally
+    ENTER = "Enter"              # Enter, in a separate call after a pause (field-pitfalls §7)
+    PRESS = "Press"              # one menu digit
+
+
+STEPS: dict[JournalAction, tuple[Step, ...]] = {
+    JournalAction.CONTINUE: (Step.TYPE, Step.ENTER),
+    JournalAction.RESTART: (Step.INTERRUPT, Step.RELAUNCH, Step.AWAIT_AGENT, Step.TYPE, Step.ENTER),
+    JournalAction.ANSWER_MENU: (Step.PRESS,),
+}
+"""The steps of each action, in order."""
+
+MAX_RECOVERIES = 3
+"""Restarts that may each pick up the same journal before it is given to a human."""
+
+
+@dataclass(frozen=True)
+class Journal:
+    """The write-ahead record of a multi-step action on one tab.
+
+    `step` is the step about to be performed (or being performed): it is persisted before the step's
+    keys are sent, so after a crash the step may or may not have happened and the screen decides
+    (`recovery_step`). `for_key` is the limit event the action answers; `text` the text it types (the
+    continue text) or the menu digit; instants are UTC; `recoveries` counts restarts that resumed it.
+    """
+
+    action: JournalAction
+    step: Step
+    started_at: datetime
+    step_at: datetime
+    for_key: str | None = None
+    text: str | None = None
+    recoveries: int = 0
+
+    def at(self, step: Step, now: datetime) -> "Journal":
+        """The journal advanced to `step` (written ahead of performing it)."""
+        return replace(self, step=step, step_at=now)
+
+    def remaining(self, start: Step | None = None) -> tuple[Step, ...]:
+        """The steps from `start` (default: the current step) to the end of the action."""
+        steps = STEPS[self.action]
+        return steps[steps.index(start or self.step):]
+
+
+def start_journal(action: JournalAction, now: datetime, for_key: str | None, text: str | None) -> Journal:
+    """A new journal at the first step of `action`."""
+    return Journal(action, STEPS[action][0], now, now, for_key, text)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What a restarted controller does with an unfinished journal.
+
+    `step`: the step to perform next (the rest of the action follows), or None when nothing is left
+    to send. `outcome`: "resume" (perform from `step`), "done" (the action took effect: record it as
+    sent), "abandon" (a human acted or the screen is not ours: send nothing, ask a human when
+    `attention`). `reason` says why in a sentence.
+    """
+
+    step: Step | None
+    outcome: str
+    reason: str
+    attention: bool = False
+
+
+def recovery_step(journal: Journal, det: Detection, at_shell: bool, last_input_at: datetime | None) -> Recovery:
+    """Judge by the screen which step of an unfinished `journal` to perform after a restart.
+
+    Args:
+        journal: the journal found in status.tabs[] (its `step` was written before it was performed).
+        det: detection of the tab's screen now.
+        at_shell: the pane's foreground process is a shell (the agent is not running).
+        last_input_at: the last time a human typed in the tab (UTC) or None.
+
+    Rules: a human who typed after the step was written owns the tab (send nothing). Our own continue
+    text still in the prompt gets its Enter - it is never a human's draft. An agent working again gets
+    nothing. A Codex tab at the shell with a restart pending gets the restart. Any other text in the
+    prompt is a human's draft: left intact, a human is asked.
+    """
+    if journal.recoveries >= MAX_RECOVERIES:
+        return Recovery(None, "abandon", f"{journal.action.value} was interrupted {journal.recoveries} times; "
+                        "a human should look", attention=True)
+    if last_input_at is not None and last_input_at > journal.step_at:
+        return Recovery(None, "abandon", "a human typed in the tab since the controller stopped; left to them")
+    if journal.action == JournalAction.ANSWER_MENU:
+        if det.limit_menu:
+            return Recovery(Step.PRESS, "resume", "the rate-limit menu is still open")
+        return Recovery(None, "done", "the rate-limit menu was answered")
+    ours = journal.text or ""
+    prompt = det.prompt_text
+    if det.state == TabState.WORKING:
+        return Recovery(None, "done", "the agent is working again")
+    if journal.action == JournalAction.RESTART and journal.step in (Step.INTERRUPT, Step.RELAUNCH, Step.AWAIT_AGENT):
+        if at_shell:
+            return Recovery(Step.RELAUNCH, "resume", "the tab is at the shell with a restart pending")
+        if journal.step == Step.INTERRUPT:
+            return Recovery(Step.INTERRUPT, "resume", "the agent has not exited yet")
+        return Recovery(Step.AWAIT_AGENT, "resume", "the agent was relaunched")
+    if at_shell and journal.action == JournalAction.RESTART:
+        return Recovery(Step.RELAUNCH, "resume", "the agent exited before it got the continue")
+    if prompt is not None and ours and prompt.strip() == ours:
+        return Recovery(Step.ENTER, "resume", f"our own '{ours}' is still in the prompt")
+    if prompt:
+        return Recovery(None, "abandon", "the prompt holds a line the controller did not type; left intact",
+                        attention=True)
+    if journal.step == Step.ENTER:
+        return Recovery(None, "done", f"'{ours}' was submitted")
+    if prompt is None:
+        return Recovery(None, "abandon", "no agent input box on the screen", attention=True)
+    return Recovery(Step.TYPE, "resume", f"'{ours}' was not typed yet")

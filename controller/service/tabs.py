@@ -9,8 +9,9 @@ seconds of its instant instead of at the next poll.
 from __future__ import annotations
 
 import asyncio
-import shlex
 import logging
+import shlex
+import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
@@ -21,8 +22,8 @@ from controller import constants as C
 from controller import metrics
 from controller.conditions import rfc3339, set_condition
 from controller.domain.resume import (
-    Action, Phase, ResumeConfig, TabPlan, TabRecord, after_usage, limit_key, next_pass_in, plan_tab, stall_plan,
-    usage_verdict,
+    Action, Journal, JournalAction, Phase, Recovery, ResumeConfig, Step, TabPlan, TabRecord, after_usage, limit_key,
+    next_pass_in, plan_tab, recovery_step, stall_plan, start_journal, usage_verdict,
 )
 from controller.domain.signals import last_lines, merge
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
@@ -65,7 +66,34 @@ def record_from_status(tab: dict[str, Any]) -> TabRecord:
         detected_by=tab.get("detectedBy"), message=tab.get("message"), sent_for=tab.get("sentFor"),
         sent_at=_parse_time(tab.get("sentAt")), attempts=int(tab.get("attempts") or 0),
         last_input_at=_parse_time(tab.get("lastInputAt")), stopped_by_reserve=bool(tab.get("stoppedByReserve")),
+        journal=journal_from_status(tab.get("journal")),
     )
+
+
+def journal_from_status(data: Any) -> Journal | None:
+    """Rebuild a Journal from status.tabs[].journal; None when absent or unreadable (then nothing is resumed
+    from it: an unreadable journal never sends keys)."""
+    if not isinstance(data, dict):
+        return None
+    try:
+        started = _parse_time(data.get("startedAt"))
+        step_at = _parse_time(data.get("stepAt")) or started
+        if started is None or step_at is None:
+            return None
+        return Journal(JournalAction(data.get("action")), Step(data.get("step")), started, step_at,
+                       data.get("forKey"), data.get("text"), int(data.get("recoveries") or 0))
+    except (ValueError, TypeError):
+        return None
+
+
+def journal_to_status(journal: Journal | None) -> dict[str, Any] | None:
+    """status.tabs[].journal of a Journal (camelCase, no None values)."""
+    if journal is None:
+        return None
+    out = {"action": journal.action.value, "step": journal.step.value, "startedAt": rfc3339(journal.started_at),
+           "stepAt": rfc3339(journal.step_at), "forKey": journal.for_key, "text": journal.text,
+           "recoveries": journal.recoveries or None}
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def record_to_status(rec: TabRecord, tab_id: str | None) -> dict[str, Any]:
@@ -77,6 +105,7 @@ def record_to_status(rec: TabRecord, tab_id: str | None) -> dict[str, Any]:
         "lastInputAt": rfc3339(rec.last_input_at),
         "limitKey": rec.limit_key, "sentFor": rec.sent_for, "sentAt": rfc3339(rec.sent_at),
         "attempts": rec.attempts, "stoppedByReserve": rec.stopped_by_reserve or None,
+        "journal": journal_to_status(rec.journal),
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -147,6 +176,9 @@ class BoxWatcher:
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
         self._structured_seen: tuple[int, datetime, Any] | None = None  # (screens hash, read at, result)
+        self._body: dict[str, Any] = {}
+        self._spec: AgentBoxSpec | None = None
+        self._status_lock = asyncio.Lock()   # status snapshots reach the API server in the order taken
 
     async def aclose(self) -> None:
         """Detach the live tmux stream (the watcher stops)."""
@@ -163,6 +195,7 @@ class BoxWatcher:
             spec = AgentBoxSpec.model_validate(body.get("spec") or {})
         except ValidationError:
             return s.scan_interval_s  # the reconcile handler reports the invalid spec
+        self._body, self._spec = body, spec
         pod = await self.rt.kube.get_pod(self.namespace, pod_name(self.name))
         if pod is not None and not owned_by(pod, self._uid):
             # A pod under the box's name that the box does not control: never exec into it.
@@ -227,9 +260,20 @@ class BoxWatcher:
         wake: list[datetime | None] = []
         live_names = set()
         plans: dict[str, TabPlan] = {}
+        # Unfinished journals first (a controller stopped mid-action, or a pass that failed mid-way):
+        # each is completed from the step it reached, judged by the screen, before anything else.
+        unfinished = [t for t in tabs if (self.records.get(t.name) or TabRecord(t.name)).journal is not None]
+        if unfinished:
+            done = await asyncio.gather(*(self._recover(term, t, spec, dets[t.name], inputs.get(t.id), tz, patterns)
+                                          for t in unfinished))
+            for t, plan in zip(unfinished, done):
+                plans[t.name] = plan
+                self.records[t.name] = plan.record
         for tab in tabs:
             live_names.add(tab.name)
             self.tab_ids[tab.name] = tab.id
+            if tab.name in plans:
+                continue
             det = dets[tab.name]
             rec = self.records.get(tab.name) or TabRecord(tab.name)
             plan = plan_tab(rec, det, inputs.get(tab.id), now, self.cfg, resume_on)
@@ -642,13 +686,13 @@ class BoxWatcher:
             self.post_event("Normal", "LimitCameBack", f"Tab {tab.name}: {rec.message}")
 
         if plan.action == Action.ANSWER_MENU and plan.menu_choice is not None:
-            before = await term.capture(tab.pane_id)
-            await term.press(tab.pane_id, str(plan.menu_choice))
-            moved = await term.wait_changed(tab.pane_id, before, self.rt.settings.verify_timeout_s)
+            journal = start_journal(JournalAction.ANSWER_MENU, self.rt.clock(), rec.limit_key, str(plan.menu_choice))
+            self.records[tab.name] = replace(rec, journal=journal)  # type: ignore[index]
+            moved, _ = await self._perform(term, tab, spec.agent, tz, patterns, journal)
             self.post_event("Normal", "AnsweredLimitMenu",
                             f"Tab {tab.name}: chose option {plan.menu_choice} 'Stop and wait for limit to reset'"
                             + ("" if moved else " (screen did not change)"))
-            return replace(plan, wake_at=self.rt.clock() + timedelta(seconds=1))
+            return replace(plan, record=replace(rec, journal=None), wake_at=self.rt.clock() + timedelta(seconds=1))
 
         return plan
 
@@ -673,16 +717,22 @@ class BoxWatcher:
                 self.post_event("Normal", "ResetNotYet", f"Tab {tab.name}: {nxt.record.message}")
         if not sending:
             return out
-        # Write-ahead: every tab is marked as being resumed for its limit event before any key is
-        # sent, so a controller restarted mid-way never sends twice.
-        for tab in sending:
-            self.records[tab.name] = out[tab.name].record  # type: ignore[index]
-        await self._write_status(body, spec, None, self.sub_problem)
+        # Write-ahead: every tab is marked as being resumed for its limit event, with the journal of the
+        # action at its first step, before any key is sent. A controller restarted mid-way completes the
+        # journal from the step it reached (never twice, never zero).
         from controller.agents.base import get_profile
 
         profile = get_profile(spec.agent)
+        action = JournalAction.RESTART if profile.restart_argv else JournalAction.CONTINUE
+        for tab in sending:
+            rec = out[tab.name].record
+            self.records[tab.name] = replace(  # type: ignore[index]
+                rec, journal=start_journal(action, now, rec.sent_for, profile.continue_text))
+        await self._flush()
         if profile.restart_argv:
-            results = await asyncio.gather(*(self._resume(term, tab, spec.agent, tz, patterns) for tab in sending))
+            results = await asyncio.gather(*(
+                self._perform(term, tab, spec.agent, tz, patterns, self.records[tab.name].journal,  # type: ignore[arg-type,index]
+                              written=True) for tab in sending))
         else:
             results = await self._continue_batch(term, sending, profile.continue_text)
         for tab, (ok, how) in zip(sending, results):
@@ -698,11 +748,11 @@ class BoxWatcher:
         return out
 
     async def _continue_batch(self, term: BoxTerminal, tabs: list[Any], text: str) -> list[tuple[bool, str]]:
-        """Type `text` into several panes in one tmux call, pause, press Enter in all of them in a
-        second call, then wait until each pane changed. Returns (moved, what was done) per tab."""
+        """Type `text` into several panes in one tmux call, write the journals' Enter step ahead, pause,
+        press Enter in all of them in a second call, then wait until each pane changed. The journals (at
+        step Type) must already be written. Returns (moved, what was done) per tab."""
         from controller.terminal import tmux
 
-        before = await term.capture_all(tabs)
         typing: list[str] = ["tmux"]
         enter: list[str] = ["tmux"]
         for i, tab in enumerate(tabs):
@@ -710,7 +760,10 @@ class BoxWatcher:
             typing += sep + tmux.send_text_argv(tab.pane_id, text)[1:]
             enter += sep + tmux.send_key_argv(tab.pane_id, "Enter")[1:]
         await term.run(typing)
-        await asyncio.sleep(term.send_pause_s)
+        typed = time.monotonic()
+        await self._advance([t.name for t in tabs], Step.ENTER)
+        await asyncio.sleep(max(0.0, term.send_pause_s - (time.monotonic() - typed)))
+        before = await term.capture_all(tabs)
         await term.run(enter)
         moved: set[str] = set()
 
@@ -746,39 +799,140 @@ class BoxWatcher:
             log.info("Box %s/%s: usage read failed (%s)", self.namespace, self.name, type(exc).__name__)
             return None
 
-    async def _resume(self, term: BoxTerminal, tab: Any, agent: str, tz: str, patterns: list[Any]) -> tuple[bool, str]:
-        """Send the agent's resume keys; returns (the tab moved on, what was done)."""
+    async def _resume(self, term: BoxTerminal, tab: Any, agent: str, tz: str, patterns: list[Any],
+                      for_key: str | None = None) -> tuple[bool, str]:
+        """Send the agent's resume keys as a journaled action; returns (the tab moved on, what was done)."""
         from controller.agents.base import get_profile
 
         profile = get_profile(agent)
-        continue_text, restart_argv = profile.continue_text, list(profile.restart_argv or [])
+        action = JournalAction.RESTART if profile.restart_argv else JournalAction.CONTINUE
+        journal = start_journal(action, self.rt.clock(), for_key, profile.continue_text)
+        return await self._perform(term, tab, agent, tz, patterns, journal)
+
+    async def _flush(self) -> None:
+        """Write the current records to status now (a write-ahead point)."""
+        if self._spec is not None:
+            await self._write_status(self._body, self._spec, None, self.sub_problem)
+
+    async def _advance(self, names: list[str], step: Step) -> None:
+        """Move the journals of `names` to `step` and write them ahead of performing it."""
+        now = self.rt.clock()
+        for name in names:
+            rec = (self.records or {}).get(name)
+            if rec is not None and rec.journal is not None:
+                self.records[name] = replace(rec, journal=rec.journal.at(step, now))  # type: ignore[index]
+        await self._flush()
+
+    async def _perform(self, term: BoxTerminal, tab: Any, agent: str, tz: str, patterns: list[Any],
+                       journal: Journal, written: bool = False) -> tuple[bool, str]:
+        """Perform `journal`'s steps from its current one, each written to status before its keys are sent
+        (`written`: the first step is already in status). Returns (the tab moved on, what was done).
+
+        Raises whatever the exec or the status write raises; the journal then stays in status and the
+        next pass (or a restarted controller) completes it from the step it reached.
+        """
+        from controller.agents.base import get_profile
+        from controller.terminal import tmux
+
+        profile = get_profile(agent)
+        restart_argv = list(profile.restart_argv or [])
+        text = journal.text or profile.continue_text
         s = self.rt.settings
-        if restart_argv:
-            await term.press(tab.pane_id, "C-c")
-            await asyncio.sleep(s.send_pause_s)
-            await term.press(tab.pane_id, "C-c")
+        rec = (self.records or {}).get(tab.name) or TabRecord(tab.name)
+        self.records[tab.name] = replace(rec, journal=journal)  # type: ignore[index]
+        if not written:
+            await self._flush()
 
-            async def at_shell() -> bool:
-                cmd = (await term.foreground(tab.pane_id)).lstrip("-")
-                return cmd in {"bash", "sh", "zsh", "fish", "dash", "ash", "ksh"}
-            if not await term.wait_until(at_shell, s.restart_timeout_s):
-                return False, "pressed Ctrl-C twice but the agent did not exit"
-            await term.type_line(tab.pane_id, shlex.join(restart_argv))
+        async def at_shell() -> bool:
+            cmd = (await term.foreground(tab.pane_id)).lstrip("-")
+            return cmd in tmux.SHELLS
 
-            async def agent_ready() -> bool:
-                if await at_shell():
-                    return False
-                screen = await term.capture(tab.pane_id)
-                det = self._detect(agent, screen, self.rt.clock(), tz, patterns)
-                return det.prompt_text is not None
-            if not await term.wait_until(agent_ready, s.restart_timeout_s):
-                return False, f"ran '{' '.join(restart_argv)}' but the agent's prompt did not come back"
-        before = await term.capture(tab.pane_id)
-        await term.type_line(tab.pane_id, continue_text)
-        moved = await term.wait_changed(tab.pane_id, before, s.verify_timeout_s)
-        how = (f"restarted with '{' '.join(restart_argv)}' and sent '{continue_text}'" if restart_argv
-               else f"sent '{continue_text}'")
-        return moved, how if moved else f"{how} but the screen did not change"
+        async def agent_ready() -> bool:
+            if await at_shell():
+                return False
+            screen = await term.capture(tab.pane_id)
+            return self._detect(agent, screen, self.rt.clock(), tz, patterns).prompt_text is not None
+
+        restarted = False
+        for i, step in enumerate(journal.remaining()):
+            if i:
+                await self._advance([tab.name], step)
+            if step == Step.INTERRUPT:
+                await term.press(tab.pane_id, "C-c")
+                await asyncio.sleep(s.send_pause_s)
+                await term.press(tab.pane_id, "C-c")
+                if not await term.wait_until(at_shell, s.restart_timeout_s):
+                    return False, "pressed Ctrl-C twice but the agent did not exit"
+            elif step == Step.RELAUNCH:
+                # One tmux call (text, then Enter): a shell takes no paste, and the step is then all or nothing.
+                await term.run(tmux.send_text_argv(tab.pane_id, shlex.join(restart_argv))
+                               + [";"] + tmux.send_key_argv(tab.pane_id, "Enter")[1:])
+                restarted = True
+            elif step == Step.AWAIT_AGENT:
+                restarted = True
+                if not await term.wait_until(agent_ready, s.restart_timeout_s):
+                    return False, f"ran '{' '.join(restart_argv)}' but the agent's prompt did not come back"
+            elif step == Step.TYPE:
+                await term.run(tmux.send_text_argv(tab.pane_id, text))
+                await asyncio.sleep(s.send_pause_s)
+            elif step == Step.ENTER:
+                before = await term.capture(tab.pane_id)
+                await term.press(tab.pane_id, "Enter")
+                moved = await term.wait_changed(tab.pane_id, before, s.verify_timeout_s)
+                how = (f"restarted with '{' '.join(restart_argv)}' and sent '{text}'"
+                       if restarted or journal.action == JournalAction.RESTART else f"sent '{text}'")
+                return moved, how if moved else f"{how} but the screen did not change"
+            elif step == Step.PRESS:
+                before = await term.capture(tab.pane_id)
+                await term.press(tab.pane_id, text)
+                moved = await term.wait_changed(tab.pane_id, before, s.verify_timeout_s)
+                return moved, f"pressed {text}"
+        return True, "nothing left to send"
+
+    async def _recover(self, term: BoxTerminal, tab: Any, spec: AgentBoxSpec, det: Detection,
+                       last_input: datetime | None, tz: str, patterns: list[Any]) -> TabPlan:
+        """Complete an unfinished journal found at the start of a pass, judged by the screen
+        (`controller.domain.resume.recovery_step`)."""
+        rec = self.records[tab.name]  # type: ignore[index]
+        journal = rec.journal
+        assert journal is not None
+        verdict: Recovery = recovery_step(journal, det, tab.at_shell, last_input)
+        now = self.rt.clock()
+        settle = now + timedelta(seconds=self.cfg.settle_s)
+        what = {JournalAction.CONTINUE: "the continue", JournalAction.RESTART: "the restart and continue",
+                JournalAction.ANSWER_MENU: "the menu answer"}[journal.action]
+        metrics.JOURNAL_RECOVERIES.labels(journal.action.value, journal.step.value, verdict.outcome).inc()
+        log.info("Box %s/%s tab %s: unfinished %s at step %s: %s", self.namespace, self.name, tab.name,
+                 journal.action.value, journal.step.value, verdict.outcome)
+        sent = journal.action != JournalAction.ANSWER_MENU
+        if verdict.outcome == "abandon":
+            if verdict.attention:
+                event = "PromptNotEmpty" if "prompt holds" in verdict.reason else "NeedsAttention"
+                self.post_event("Warning", event, f"Tab {tab.name}: {what} was interrupted; {verdict.reason}")
+                return TabPlan(replace(rec, journal=None, phase=Phase.NEEDS_ATTENTION, resume_at=None,
+                                       message=f"{what.capitalize()} was interrupted; {verdict.reason}"))
+            return TabPlan(replace(rec, journal=None, message=f"{what.capitalize()} was interrupted; {verdict.reason}"),
+                           wake_at=settle)
+        if verdict.outcome == "done":
+            if sent:
+                self.post_event("Normal", "Resumed", f"Tab {tab.name}: {what} took effect before the controller "
+                                f"restarted ({verdict.reason})")
+            return TabPlan(replace(rec, journal=None, message=f"Resumed: {verdict.reason}" if sent else rec.message),
+                           wake_at=settle)
+        assert verdict.step is not None
+        journal = replace(journal, recoveries=journal.recoveries + 1).at(verdict.step, now)
+        ok, how = await self._perform(term, tab, spec.agent, tz, patterns, journal)
+        rec = self.records[tab.name]  # type: ignore[index]
+        if not sent:
+            return TabPlan(replace(rec, journal=None), wake_at=now + timedelta(seconds=1))
+        metrics.RESUMES.labels(self.namespace, self.name, spec.agent, "ok" if ok else "no_effect").inc()
+        if ok:
+            self.post_event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset "
+                            f"(completed after a controller restart: {verdict.reason})")
+            return TabPlan(replace(rec, journal=None, phase=Phase.RESUMING, sent_for=journal.for_key or rec.sent_for,
+                                   sent_at=self.rt.clock(), message=f"Resumed: {how}"), wake_at=settle)
+        self.post_event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
+        return TabPlan(replace(rec, journal=None, phase=Phase.NEEDS_ATTENTION, message=f"{how}; a human should look"))
 
     _READY_REASONS = (C.R_RECONCILED, C.R_POD_PENDING, C.R_CONTAINER_WAITING, C.R_CONTAINER_TERMINATED,
                       C.R_CHECKING_SESSION, C.R_SESSION_MISSING)
@@ -886,7 +1040,8 @@ class BoxWatcher:
         metrics.ROTATION_GROUP_EXHAUSTED.labels(self.namespace, self.name).set(1 if self.group_exhausted else 0)
         comparable = {k: v for k, v in status.items() if k != "conditions"}
         comparable["conds"] = [(c["type"], c["status"], c["reason"], c["message"]) for c in conds]
-        if comparable == self._last_status:
-            return
-        self._last_status = comparable
-        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, status)
+        async with self._status_lock:
+            if comparable == self._last_status:
+                return
+            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, status)
+            self._last_status = comparable

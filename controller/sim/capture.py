@@ -95,7 +95,7 @@ class _Ctx:
         self.keys("-l", text)
         await asyncio.sleep(0.5)
         self.keys("Enter")
-        for _ in range(3):
+        for _ in range(8):
             await asyncio.sleep(4.0)
             rows = [line.strip() for line in self.screen().splitlines() if line.strip()]
             if not any(row in (f"› {text}", f"❯ {text}") for row in rows[-4:]):
@@ -273,8 +273,14 @@ async def capture_all(prefix: pathlib.Path = AGENTS_DIR, only: list[str] | None 
         try:
             await agents.start()
             ctxs = [_Ctx(world, agents, name, f"acct-{name}") for name in names]
-            results = await asyncio.gather(*(SCENARIOS[c.box][1](c) for c in ctxs), return_exceptions=True)
-            for ctx, res in zip(ctxs, results):
+            # the Claude scenarios together, then Codex alone: under load Codex 0.171.0 can leave a
+            # prompt in its composer for a minute and more (its Enter is taken only once it is ready)
+            claude = [c for c in ctxs if SCENARIOS[c.box][0] == "claude-code"]
+            others = [c for c in ctxs if c not in claude]
+            results = list(await asyncio.gather(*(SCENARIOS[c.box][1](c) for c in claude), return_exceptions=True))
+            for c in others:
+                results += await asyncio.gather(SCENARIOS[c.box][1](c), return_exceptions=True)
+            for ctx, res in zip(claude + others, results):
                 sandbox = world.pod_dir(ctx.box)
                 for cap in ctx.captures:
                     cap.screen = _clean(cap.screen, sandbox)

@@ -105,6 +105,52 @@ class ExecHandler(Protocol):
     ) -> Awaitable[tuple[bytes, bytes, int]]: ...
 
 
+@dataclasses.dataclass
+class ExecFault:
+    """A fault injected into ``pods/exec`` (a sick node or kubelet, or a controller dying mid-call).
+
+    Attributes:
+        mode: ``"refuse"``: answer 500 "error dialing backend" before the upgrade, as an API server whose
+            kubelet is unreachable (the command never runs); ``"hang"``: upgrade, then never answer (the
+            command never runs; the client's own timeout ends it); ``"slow"``: run the command, answer after
+            ``delay_s`` more seconds; ``"drop"``: close the stream without running the command or sending a
+            status (a connection cut mid-call); ``"pass"``: run normally (only ``on_match`` matters).
+        pod: the pod it applies to (None: every pod).
+        match: predicate on the requested argv (None: every call).
+        when: ``"before"``: ``on_match`` runs before the command would run; ``"after"``: the command runs,
+            then ``on_match``, then the reply is sent (for ``"pass"`` and ``"slow"``).
+        times: how many matching calls it applies to (None: all of them); ``hits`` counts them.
+        skip: matching calls let through untouched before it applies (e.g. 1: the second Ctrl-C).
+        delay_s: extra seconds for ``"slow"``.
+        on_match: a sync callback run when the fault applies (e.g. SIGKILL the operator process).
+    """
+
+    mode: str = "pass"
+    pod: str | None = None
+    match: Callable[[list[str]], bool] | None = None
+    when: str = "before"
+    times: int | None = 1
+    delay_s: float = 0.0
+    on_match: Callable[[], Any] | None = None
+    skip: int = 0
+    hits: int = 0
+    seen: int = 0
+
+    def applies(self, pod: str, argv: list[str]) -> bool:
+        """True (and counted) when this fault takes this call."""
+        if self.times is not None and self.hits >= self.times:
+            return False
+        if self.pod is not None and self.pod != pod:
+            return False
+        if self.match is not None and not self.match(argv):
+            return False
+        self.seen += 1
+        if self.seen <= self.skip:
+            return False
+        self.hits += 1
+        return True
+
+
 class TmuxSockets:
     """Maps ``(namespace, pod)`` to a tmux socket path under a short private dir (``/tmp/abx-XXXXXX/``).
 
@@ -586,6 +632,7 @@ class KubeEmulator:
     ) -> None:
         self.exec_handler = exec_handler
         self.require_running = require_running
+        self.exec_faults: list[ExecFault] = []
         self.journal: list[JournalEntry] = []
         self.exec_journal: list[ExecRecord] = []
         self.exec_streams: list[tuple[str, str, str, tuple[str, ...]]] = []  # (ns, pod, container, argv) at start
@@ -1383,13 +1430,25 @@ class KubeEmulator:
             raise ApiError(400, "BadRequest", f"unable to upgrade connection: {problem}")
         if raw.headers.get("Upgrade", "").lower() != "websocket":
             raise ApiError(400, "BadRequest", "Upgrade request required")
-        if raw.query.get("stdin") in ("true", "1") and getattr(self.exec_handler, "spawn", None) is not None:
+        fault = next((f for f in self.exec_faults if f.applies(name, argv)), None)
+        if fault is not None and fault.when == "before" and fault.on_match is not None:
+            fault.on_match()
+        if fault is not None and fault.mode == "refuse":
+            raise ApiError(500, "InternalError", f"error dialing backend: dial tcp: connect: connection refused")
+        if fault is None and raw.query.get("stdin") in ("true", "1") and getattr(self.exec_handler, "spawn", None):
+            # interactive: streamed as the kubelet streams it (an injected fault keeps the one-shot path)
             return await self._serve_exec_stream(raw, namespace, name, container, argv)
         ws = aiohttp.web.WebSocketResponse(protocols=_CHANNEL_PROTOCOLS)
         await ws.prepare(raw)
         protocol = ws.ws_protocol or ""
         want_stdin = raw.query.get("stdin") in ("true", "1")
         stdin = await self._read_stdin(ws, protocol) if want_stdin else None
+        if fault is not None and fault.mode in ("hang", "drop"):
+            if fault.mode == "hang":
+                while not self._stopping and not ws.closed:
+                    await asyncio.sleep(0.2)
+            await ws.close()
+            return ws
         task = asyncio.ensure_future(self.exec_handler(namespace, name, container, argv, stdin))
         self._exec_tasks.add(task)
         task.add_done_callback(self._exec_tasks.discard)
@@ -1398,6 +1457,10 @@ class KubeEmulator:
         except Exception as exc:
             logger.exception("exec handler failed")
             out, err, rc = b"", f"exec handler failed: {exc!r}\n".encode(), 126
+        if fault is not None and fault.mode == "slow":
+            await asyncio.sleep(fault.delay_s)
+        if fault is not None and fault.when == "after" and fault.on_match is not None:
+            fault.on_match()
         self.exec_journal.append(ExecRecord(namespace, name, container, tuple(argv), rc, protocol))
         try:
             for channel, data in ((_STDOUT, out), (_STDERR, err)):

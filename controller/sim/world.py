@@ -89,6 +89,9 @@ class World:
     _thread: threading.Thread | None = None
     _stop: threading.Event | None = None
     _operator_error: BaseException | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _killed: bool = False
+    _zombies: list[threading.Thread] = field(default_factory=list)
     kubelet: Any = None
 
     async def start_kubelet(self, images: dict[str, Any], **options: Any) -> Any:
@@ -128,6 +131,8 @@ class World:
     async def stop(self) -> None:
         """Stop the operator, the emulators and every tmux server."""
         await self.stop_operator()
+        for thread in self._zombies:
+            await asyncio.to_thread(thread.join, 40)
         if self.kubelet is not None:
             await self.kubelet.stop()
         if self._session:
@@ -145,16 +150,33 @@ class World:
 
         os.environ["KUBECONFIG"] = str(self.kubeconfig)
         self._stop = threading.Event()
+        self._killed = False
         ready = threading.Event()
         memo = kopf.Memo(settings=self.settings, kubeconfig=str(self.kubeconfig), no_metrics=True)
 
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            await kopf.operator(registry=REGISTRY, standalone=True, namespaces=[self.namespace], memo=memo,
+                                stop_flag=self._stop, ready_flag=ready)
+
         def run() -> None:
+            loop = asyncio.new_event_loop()
             try:
-                asyncio.run(kopf.operator(registry=REGISTRY, standalone=True, namespaces=[self.namespace], memo=memo,
-                                          stop_flag=self._stop, ready_flag=ready))
+                loop.run_until_complete(main())
             except BaseException as exc:  # noqa: BLE001 - surfaced by stop_operator()
-                self._operator_error = exc
+                if not self._killed:
+                    self._operator_error = exc
                 ready.set()
+            finally:
+                pending = asyncio.all_tasks(loop)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    loop.run_until_complete(asyncio.wait(pending, timeout=10))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                if not self._killed:  # a graceful stop waits for calls in flight; a killed process does not
+                    loop.run_until_complete(loop.shutdown_default_executor())
+                loop.close()
 
         self._thread = threading.Thread(target=run, name="kopf-operator", daemon=True)
         self._thread.start()
@@ -162,6 +184,41 @@ class World:
             raise RuntimeError("the operator did not start within 30 s")
         if self._operator_error:
             raise RuntimeError("the operator failed to start") from self._operator_error
+
+    def kill_operator_now(self) -> None:
+        """Kill the operator as SIGKILL would, from any thread: every task of its event loop is cancelled
+        at once (nothing after its current await runs; no graceful stop). Join with `kill_operator()`."""
+        loop = self._loop
+        if loop is None or self._thread is None or self._killed:
+            return
+        self._killed = True
+
+        def cancel_all() -> None:
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            # kopf shields parts of its own shutdown from cancellation: its stop flag ends those, and
+            # tasks its shutdown spawns (the Event poster's scheduler close) are cancelled again below.
+            if self._stop is not None:
+                self._stop.set()
+
+        def again() -> None:
+            cancel_all()
+            for delay in (0.05, 0.2, 0.5, 1.0):
+                loop.call_later(delay, cancel_all)
+        loop.call_soon_threadsafe(again)
+
+    async def kill_operator(self) -> None:
+        """`kill_operator_now()`, then forget the operator. Its thread gets 2 s to end; kopf shields its
+        Event poster's shutdown from cancellation (up to ~30 s), which a SIGKILL would not wait for, so a
+        thread still ending is left to finish on its own (joined by `stop()`); none of our handlers runs
+        in it any more (every task was cancelled)."""
+        self.kill_operator_now()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 2)
+            if self._thread.is_alive():
+                self._zombies.append(self._thread)
+            self._thread = None
+        self._loop = None
 
     async def stop_operator(self) -> None:
         """Stop the operator thread (as a controller restart would) and wait for it."""

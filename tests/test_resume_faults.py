@@ -1,0 +1,157 @@
+"""Resumable actuation: the operator is killed at each named step of a multi-step action and restarted;
+every tab gets exactly one `continue` (never zero, never two), judged by the screen after the restart.
+
+The kill is injected where it would happen: the emulator's pods/exec sees the call of the named step and
+cancels every task of the operator's event loop (as SIGKILL would: nothing after that await runs), then
+either drops the call (the step never reached the box) or runs it first (the step happened, the reply is
+lost). A new operator is then started on the same world; it finds the journal in status.tabs[].
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from controller.sim.kube import ExecFault
+from controller.sim.world import TabSpec, World, claude_login, codex_login, eventually, fake_agent_argv, utc_in
+from tests.test_resume_scenarios import at, reset_epoch, submits, tab_status
+
+pytestmark = pytest.mark.component
+
+
+def typed(text: str):
+    """Matches the tmux call typing `text` literally."""
+    return lambda argv: "send-keys" in argv and "-l" in argv and text in argv
+
+
+def enter(argv: list[str]) -> bool:
+    """Matches a tmux call that only presses Enter (the continue's second call)."""
+    return "send-keys" in argv and "Enter" in argv and "-l" not in argv
+
+
+def ctrl_c(argv: list[str]) -> bool:
+    return "send-keys" in argv and "C-c" in argv
+
+
+def menu_digit(argv: list[str]) -> bool:
+    return "send-keys" in argv and any(a.isdigit() and len(a) == 1 for a in argv) and "-l" not in argv
+
+
+async def claude_box(world: World, reset_in: float, *agent_args: str) -> float:
+    reset = reset_epoch(reset_in)
+    world.provider.add_login("tok-a", "acct-a")
+    world.provider.set_windows("acct-a", five_hour=(100.0, at(reset)), weekly=(40.0, utc_in(86400)))
+    await world.add_secret("claude-login", "credentials.json", claude_login("tok-a"))
+    await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
+    await world.add_box("box-a", "claude-code", "claude-a")
+    await world.run_pod("box-a", [TabSpec("main", fake_agent_argv("claude-code", reset, *agent_args))])
+    return reset
+
+
+async def codex_box(world: World, reset_in: float) -> float:
+    reset = reset_epoch(reset_in)
+    world.provider.add_login("tok-x", "acct-x")
+    world.provider.set_windows("acct-x", five_hour=(100.0, at(reset)), weekly=(10.0, utc_in(86400)))
+    await world.add_secret("codex-login", "auth.json", codex_login("tok-x", "acct-x"))
+    await world.add_subscription("codex-a", "openai", "codex-login", "auth.json")
+    await world.add_box("box-a", "codex", "codex-a")
+    await world.run_pod("box-a", [TabSpec("main", ["codex"])], shims={"codex": fake_agent_argv("codex", reset)})
+    return reset
+
+
+async def kill_and_restart(world: World, fault: ExecFault, within: float) -> float:
+    """Wait for the fault to fire (the operator is being killed), join the dead operator, start a new one.
+    Returns the instant the new operator was ready."""
+    await eventually(lambda: fault.hits, within, what="the kill point")
+    await world.kill_operator()
+    journal = tab_status(world, "box-a", "main").get("journal")
+    assert journal, "the killed operator left its journal in status"
+    world.start_operator()
+    return time.time()
+
+
+CLAUDE_POINTS = {
+    # name: (match, when, mode, skip)
+    "after-write-ahead-before-type": (typed("continue"), "before", "drop", 0),
+    "after-type-before-enter": (enter, "before", "drop", 0),
+    "right-after-enter": (enter, "after", "pass", 0),
+}
+
+
+@pytest.mark.parametrize("point", sorted(CLAUDE_POINTS))
+async def test_claude_continue_killed_at_each_step_is_sent_exactly_once(world: World, point: str):
+    match, when, mode, skip = CLAUDE_POINTS[point]
+    fault = ExecFault(mode=mode, pod="box-a", match=match, when=when, skip=skip, on_match=world.kill_operator_now)
+    world.kube.exec_faults.append(fault)
+    world.start_operator()
+    await claude_box(world, 6.0)
+    await kill_and_restart(world, fault, 40)
+    await eventually(lambda: submits(world, "box-a", "main"), 30, what="continue after the restart")
+    await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "Working", 15, what="Working")
+    await asyncio.sleep(world.settings.settle_s + 2)
+    assert submits(world, "box-a", "main") == ["continue"], "exactly one continue"
+    reasons = [e["reason"] for e in world.events("box-a")]
+    assert "PromptNotEmpty" not in reasons, "our own continue is never taken for a human's draft"
+    assert "Resumed" in reasons
+    assert "journal" not in tab_status(world, "box-a", "main"), "the journal is closed"
+
+
+CODEX_POINTS = {
+    "between-the-two-ctrl-c": (ctrl_c, "before", "drop", 1),
+    "after-ctrl-c-before-relaunch": (typed("codex resume --last"), "before", "drop", 0),
+    "after-relaunch-before-continue": (typed("continue"), "before", "drop", 0),
+    "after-continue-typed-before-enter": (enter, "before", "drop", 0),
+    "right-after-enter": (enter, "after", "pass", 0),
+}
+
+
+@pytest.mark.parametrize("point", sorted(CODEX_POINTS))
+async def test_codex_restart_killed_at_each_step_is_completed_exactly_once(world: World, point: str):
+    match, when, mode, skip = CODEX_POINTS[point]
+    fault = ExecFault(mode=mode, pod="box-a", match=match, when=when, skip=skip, on_match=world.kill_operator_now)
+    world.kube.exec_faults.append(fault)
+    world.start_operator()
+    await codex_box(world, 6.0)
+    await kill_and_restart(world, fault, 40)
+    await eventually(lambda: submits(world, "box-a", "main"), 40, what="continue after the restart")
+    await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "Working", 15, what="Working")
+    await asyncio.sleep(world.settings.settle_s + 2)
+    assert submits(world, "box-a", "main") == ["continue"], "exactly one continue"
+    starts = [e["argv"] for e in world.agent_log("box-a", "main") if e["event"] == "start"]
+    assert starts == [[], ["resume", "--last"]], "relaunched exactly once with `codex resume --last`"
+    assert "PromptNotEmpty" not in [e["reason"] for e in world.events("box-a")]
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_menu_answer_killed_is_answered_once_then_resumed_once(world: World, when: str):
+    fault = ExecFault(mode="drop" if when == "before" else "pass", pod="box-a", match=menu_digit, when=when,
+                      on_match=world.kill_operator_now)
+    world.kube.exec_faults.append(fault)
+    world.start_operator()
+    await claude_box(world, 8.0, "--menu", "--menu-upgrade-first")
+    await kill_and_restart(world, fault, 30)
+    await eventually(lambda: submits(world, "box-a", "main"), 30, what="continue after the restart")
+    await asyncio.sleep(world.settings.settle_s + 2)
+    menu = [e for e in world.agent_log("box-a", "main") if e["event"] == "menu"]
+    assert [m["choice"] for m in menu] == ["stop"], "the menu was answered once, with 'Stop and wait'"
+    assert submits(world, "box-a", "main") == ["continue"]
+
+
+async def test_a_human_draft_after_a_kill_is_left_intact(world: World):
+    """Killed before our `continue` was typed; meanwhile a human typed a line: the restarted controller
+    sends nothing and asks a human (the draft is theirs, not ours)."""
+    fault = ExecFault(mode="drop", pod="box-a", match=typed("continue"), on_match=world.kill_operator_now)
+    world.kube.exec_faults.append(fault)
+    world.start_operator()
+    await claude_box(world, 5.0)
+    await eventually(lambda: fault.hits, 40, what="the kill point")
+    await world.kill_operator()
+    world.tmux("box-a", "send-keys", "-t", "=agentbox:main", "-l", "fix the parser and")
+    world.start_operator()
+    await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "NeedsAttention", 20)
+    await asyncio.sleep(2)
+    assert "fix the parser and" in world.screen("box-a", "main")
+    assert submits(world, "box-a", "main") == []
+    assert "journal" not in tab_status(world, "box-a", "main")
