@@ -41,8 +41,9 @@ Output: progress lines, a summary, then ONE final JSON line with every figure. E
 the number of `continue` submits differs from the number of tabs, a tab got two, or one came
 before its reset. Every tmux server (and so every agent) is killed on exit (World.stop).
 
-`--prototype` monkeypatches `BoxWatcher` in this process only (see `_install_prototype`) to test
-a hypothesis about the controller's throughput; it never changes the controller's files.
+`--stream` runs the operator with `tmux_stream` on (the live tmux stream per box instead of polling).
+(The former `--prototype` path patched `BoxWatcher` methods that no longer exist and silently measured
+the unpatched controller; it was removed.)
 """
 
 from __future__ import annotations
@@ -162,137 +163,6 @@ def world_rss_mb(sock_dir: str) -> float:
     return sum(_rss_kb(p) for p in seen) / 1024
 
 
-# ---------------------------------------------------------------------------------------------- prototype
-def _install_prototype(name: str) -> None:
-    """Monkeypatch the tab watcher (this process only) to test a throughput hypothesis.
-
-    Both variants change how ONE tick handles the tabs whose resume is due (plan action
-    CHECK_USAGE): `BoxWatcher._act` defers them instead of acting at once; before the tick's final
-    status write they are handled together:
-
-    * one usage read for the box's subscription (the strictest max-age among the due tabs);
-    * ONE write-ahead status patch marking every due tab Resuming before any key goes out
-      (today: one patch, one Subscription GET and one Secret GET per tab);
-    * "concurrent": each tab's `_resume` runs in parallel (asyncio.gather) instead of one after
-      the other;
-    * "batched": Claude tabs (no restart) get ONE tmux exec typing `continue` into every due pane
-      (`send-keys -l ... ; send-keys -l ...`), the pause, ONE exec pressing Enter in all of them,
-      then `capture_all` polled until every pane changed: 3+ exec calls per box instead of 4+ per tab.
-      Tabs needing a restart (Codex) fall back to the concurrent path.
-    """
-    from dataclasses import replace
-
-    from controller import metrics
-    from controller.agents.base import get_profile
-    from controller.domain.resume import Action, Phase, after_usage, usage_verdict
-    from controller.service.tabs import BoxWatcher
-    from controller.terminal import tmux
-
-    original_act = BoxWatcher._act
-    original_tick = BoxWatcher.tick
-
-    async def _act(self, term, tab, spec, det, plan, body, tz, patterns):  # type: ignore[no-untyped-def]
-        if plan.action != Action.CHECK_USAGE:
-            return await original_act(self, term, tab, spec, det, plan, body, tz, patterns)
-        self._ctx = (term, tz, patterns)
-        self._due.append((tab, plan))
-        # Not scheduled by the original tick; the flush below decides the tab's next wake.
-        return replace(plan, action=Action.NONE, wake_at=None, record=replace(plan.record, resume_at=None))
-
-    async def _finish(self, nxt, ok: bool, how: str, tab, spec):  # type: ignore[no-untyped-def]
-        metrics.RESUMES.labels(self.namespace, self.name, spec.agent, "ok" if ok else "no_effect").inc()
-        if ok:
-            self.post_event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset")
-            return replace(nxt, record=replace(nxt.record, message=f"Resumed: {how}"))
-        self.post_event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
-        return replace(nxt, record=replace(nxt.record, phase=Phase.NEEDS_ATTENTION,
-                                           message=f"{how}; a human should look"), wake_at=None)
-
-    async def _flush(self, body, spec) -> None:  # type: ignore[no-untyped-def]
-        due, self._due = self._due, []
-        if not due:
-            return
-        term, tz, patterns = self._ctx
-        strictest = max(due, key=lambda d: d[1].record.resets_at or datetime.min.replace(tzinfo=timezone.utc))
-        usage = await self._fresh_usage(spec, strictest[1].record)
-        now = self.rt.clock()
-        sending = []
-        for tab, plan in due:
-            rec = plan.record
-            nxt = after_usage(rec, usage_verdict(usage, rec.window, now), now, self.cfg)
-            if nxt.record.phase != Phase.RESUMING:
-                if nxt.event == "ResetNotYet":
-                    self.post_event("Normal", "ResetNotYet", f"Tab {tab.name}: {nxt.record.message}")
-                self.records[tab.name] = nxt.record
-                if nxt.wake_at:
-                    self._extra_wake.append(nxt.wake_at)
-                continue
-            metrics.DEADLINE_LAG.observe(max(0.0, (now - (rec.resume_at or now)).total_seconds()))
-            self.records[tab.name] = nxt.record
-            sending.append((tab, nxt))
-        if not sending:
-            return
-        await self._write_status(body, spec, None, None)  # ONE write-ahead for every due tab
-        profile = get_profile(spec.agent)
-        results = []
-        if name == "batched" and not profile.restart_argv:
-            text = profile.continue_text
-            panes = [tab.pane_id for tab, _ in sending]
-            tabs_ = [tab for tab, _ in sending]
-            before = await term.capture_all(tabs_)
-
-            def chain(argvs):  # type: ignore[no-untyped-def]
-                out = ["tmux"]
-                for i, a in enumerate(argvs):
-                    out += ([";"] if i else []) + a[1:]
-                return out
-            await term.run(chain([tmux.send_text_argv(p, text) for p in panes]))
-            await asyncio.sleep(term.send_pause_s)
-            await term.run(chain([tmux.send_key_argv(p, "Enter") for p in panes]))
-            moved: set[str] = set()
-
-            async def all_moved() -> bool:
-                now_screens = await term.capture_all([t for t in tabs_ if t.id not in moved])
-                moved.update(i for i, scr in now_screens.items() if scr != before.get(i))
-                return len(moved) == len(tabs_)
-            await term.wait_until(all_moved, self.rt.settings.verify_timeout_s)
-            how = f"sent '{text}'"
-            for tab, nxt in sending:
-                ok = tab.id in moved
-                results.append(await _finish(self, nxt, ok, how if ok else f"{how} but the screen did not change",
-                                             tab, spec))
-        else:
-            async def one(tab, nxt):  # type: ignore[no-untyped-def]
-                ok, how = await self._resume(term, tab, spec.agent, tz, patterns)
-                return await _finish(self, nxt, ok, how, tab, spec)
-            results = await asyncio.gather(*(one(t, n) for t, n in sending))
-        for (tab, _), res in zip(sending, results):
-            self.records[tab.name] = res.record
-            if res.wake_at:
-                self._extra_wake.append(res.wake_at)
-
-    async def tick(self, body):  # type: ignore[no-untyped-def]
-        self._due, self._extra_wake = [], []
-        orig_write = self._write_status
-
-        async def write_status(body_, spec_, tabs_, problem):  # type: ignore[no-untyped-def]
-            if tabs_ is not None and self._due:  # the tick's final write: act on the deferred tabs first
-                await _flush(self, body_, spec_)
-            return await orig_write(body_, spec_, tabs_, problem)
-        self._write_status = write_status
-        try:
-            delay = await original_tick(self, body)
-        finally:
-            del self._write_status
-        now = self.rt.clock()
-        for w in self._extra_wake:
-            delay = min(delay, max(0.0, (w - now).total_seconds()))
-        return delay
-
-    BoxWatcher._act = _act  # type: ignore[method-assign]
-    BoxWatcher.tick = tick  # type: ignore[method-assign]
-
-
 # ---------------------------------------------------------------------------------------------- the run
 async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, Any]:
     t_start = time.time()
@@ -302,7 +172,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
     sub_of = {box: i % n_subs for i, box in enumerate(boxes)}
     tabs = [(box, f"t{j:02d}") for box, n in zip(boxes, per_box) for j in range(n)]
 
-    world = World(workdir / "world", SETTINGS)
+    world = World(workdir / "world", SETTINGS.model_copy(update={"tmux_stream": args.stream}))
     await world.start()
     rss_peak = 0.0
     sampler: asyncio.Task | None = None
@@ -419,7 +289,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
         rss_peak = max(rss_peak, await asyncio.to_thread(world_rss_mb, str(world.sockets.dir)))
         result = {
             "tabs": n_tabs, "boxes": n_boxes, "subscriptions": n_subs, "spread_s": args.spread,
-            "prototype": args.prototype or None,
+            "tmux_stream": args.stream,
             "scan_interval_s": SETTINGS.scan_interval_s, "resume_margin_s": margin,
             "latency_p50_s": round(pct(lat, 50), 3), "latency_p95_s": round(pct(lat, 95), 3),
             "latency_p99_s": round(pct(lat, 99), 3), "latency_max_s": round(max(lat), 3) if lat else None,
@@ -468,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lead", type=float, default=20.0, help="first reset this long after the agents start (default 20)")
     p.add_argument("--timeout", type=float, default=90.0, help="give up this long after the last reset (default 90)")
     p.add_argument("--settle", type=float, default=12.0, help="watch for duplicate sends this long after the last (default 12)")
-    p.add_argument("--prototype", choices=["concurrent", "batched"], help="monkeypatch the tab watcher (this process only); see the source")
+    p.add_argument("--stream", action="store_true", help="the operator follows tmux over the live stream (settings.tmux_stream)")
     p.add_argument("--details", metavar="FILE", help="write per-tab figures and the boxes' Events to FILE (JSON)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (agent logs) for inspection")
     p.add_argument("--verbose", action="store_true", help="operator logs at INFO")
@@ -480,8 +350,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:  # kopf warns about its own daemons being cancelled at shutdown: noise here
         logging.getLogger("kopf").setLevel(logging.ERROR)
     logging.getLogger("urllib3.connectionpool").addFilter(_POOL_FULL)
-    if args.prototype:
-        _install_prototype(args.prototype)
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="abx-bench-"))
     try:
         result = asyncio.run(bench(args, workdir))

@@ -11,7 +11,7 @@ and send `continue`, which the fake agent accepts only on another account's logi
 Printed: per-box reaction (limit line -> `continue` submitted on the new account), p50/p99/max,
 switches, and a final JSON line. Exit 1 if a box did not switch or got `continue` twice.
 
-Usage: .venv/bin/python bench/rotation_reaction.py [--boxes 10] [--spares 3] [--spread 30] [--scan 5]
+Usage: .venv/bin/python bench/rotation_reaction.py [--boxes 10] [--spares 3] [--spread 30] [--scan 5] [--stream]
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def run(ns: argparse.Namespace) -> dict:
-    settings = FAST.model_copy(update={"scan_interval_s": ns.scan, "usage_interval_s": 60.0})
+    settings = FAST.model_copy(update={"scan_interval_s": ns.scan, "usage_interval_s": 60.0,
+                                       "tmux_stream": ns.stream})
     with tempfile.TemporaryDirectory(prefix="abx-rot-", ignore_cleanup_errors=True) as tmp:
         async with World(Path(tmp), settings) as w:
             w.start_operator()
@@ -89,7 +90,7 @@ async def run(ns: argparse.Namespace) -> dict:
                     continue
                 reactions.append(subs[0]["t"] - limit)
     result = {
-        "boxes": ns.boxes, "scan_interval_s": ns.scan, "spread_s": ns.spread, "switches": switches,
+        "boxes": ns.boxes, "tmux_stream": ns.stream, "scan_interval_s": ns.scan, "spread_s": ns.spread, "switches": switches,
         "failures": failures, "reaction_p50_s": round(pct(reactions, 50), 3) if reactions else None,
         "reaction_p99_s": round(pct(reactions, 99), 3) if reactions else None,
         "reaction_max_s": round(max(reactions), 3) if reactions else None,
@@ -104,6 +105,7 @@ def main() -> int:
     p.add_argument("--spares", type=int, default=3)
     p.add_argument("--spread", type=float, default=30.0)
     p.add_argument("--scan", type=float, default=5.0, help="scan_interval_s of the operator")
+    p.add_argument("--stream", action="store_true", help="follow tmux over the live stream (settings.tmux_stream)")
     ns = p.parse_args()
     result = asyncio.run(run(ns))
     print(f"reaction limit line -> continue on the new account (s): p50 {result['reaction_p50_s']}  "

@@ -45,6 +45,7 @@ COND_READY = "Ready"                    # True: pod and credentials in place, ta
 COND_RATE_LIMITED = "RateLimited"       # True: at least one tab waits for a usage reset
 COND_NEEDS_ATTENTION = "NeedsAttention"  # True: a tab needs a human (see message)
 COND_RESERVED = "Reserved"              # True: the subscription's reserve stopped the box
+COND_TERMINAL_STREAM = "TerminalStream"  # True: the live tmux stream is attached; False: polling (reason says why)
 COND_INPUT_IGNORED = "InputIgnored"     # True: a pattern, an annotation or a box file is invalid and ignored
 COND_CREDENTIALS_VALID = "CredentialsValid"  # Subscription: Secret and login file valid
 COND_USAGE_FETCHED = "UsageFetched"     # Subscription: last usage read succeeded

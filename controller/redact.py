@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 MASK = "[redacted]"
 
@@ -26,12 +27,41 @@ LOG_MESSAGE_MAX = 4096
 
 _KEYS = r"(?:access_token|refresh_token|id_token|accessToken|refreshToken|idToken|api[_-]?key|token|password|secret|authorization|client_secret)"
 
-# (pattern, keep): `keep` groups are put back in front of the mask (the key name, the separator).
-_PATTERNS: tuple[tuple[re.Pattern[str], int], ...] = (
-    # webhook URLs (hooks.slack.com/services/..., discord.com/api/webhooks/...)
-    (re.compile(r"https?://[^\s\"'<>]*(?:hooks?\.|/webhooks?/)[^\s\"'<>]*"), 0),
-    # query strings of any other URL (?token=…, ?code=…)
-    (re.compile(r"(https?://[^\s\"'<>?#]+)\?[^\s\"'<>]*"), 1),
+# Long opaque runs mixing upper case, lower case and digits (Kubernetes names are lower case). Found as
+# maximal runs, the mix checked per run: lookaheads in the pattern rescanned the rest of the run at every
+# position, quadratic in its length (a 40,000-character screen line held the event loop for 20 s).
+_OPAQUE_RUN = re.compile(r"[A-Za-z0-9_\-]{20,}")
+_UPPER, _LOWER, _DIGIT = re.compile(r"[A-Z]"), re.compile(r"[a-z]"), re.compile(r"[0-9]")
+
+
+def _opaque(match: re.Match[str]) -> str:
+    run = match.group(0)
+    return MASK if _UPPER.search(run) and _LOWER.search(run) and _DIGIT.search(run) else run
+
+
+# URLs, found whole (each match consumes its run, so many "http://" in one run stay linear): webhook
+# URLs (hooks.slack.com/services/..., discord.com/api/webhooks/...) are masked whole; any other URL
+# keeps its scheme, host and path and loses its query string (?token=…, ?code=…).
+_URL = re.compile(r"https?://[^\s\"'<>]*")
+_HOOK = re.compile(r"hooks?\.|/webhooks?/")
+
+
+def _url(match: re.Match[str]) -> str:
+    url = match.group(0)
+    if _HOOK.search(url):
+        return MASK
+    start = url.index("//") + 2
+    query, frag = url.find("?", start), url.find("#", start)
+    if query > start and (frag < 0 or frag > query):
+        return url[:query] + MASK
+    return url
+
+
+# (pattern, keep): `keep` groups are put back in front of the mask (the key name, the separator); a
+# callable `keep` is the replacement function.
+_PATTERNS: tuple[tuple[re.Pattern[str], Any], ...] = (
+    # webhook URLs (a Slack URL is itself a credential) and the query strings of any other URL (see _url)
+    (_URL, _url),
     # provider keys and Claude OAuth tokens, whatever their length (a cut-off one too)
     (re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_\-]{2,}"), 0),
     # JWTs and their fragments (Codex id/access tokens)
@@ -40,8 +70,8 @@ _PATTERNS: tuple[tuple[re.Pattern[str], int], ...] = (
     (re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s\"',}]+"), 2),
     # key=value, key: value, "key": "value"
     (re.compile(r"(?i)\b(" + _KEYS + r")(\"?\s*[=:]\s*\"?)[^\s\"',}&]+"), 2),
-    # long opaque runs mixing upper case, lower case and digits (Kubernetes names are lower case)
-    (re.compile(r"(?=[A-Za-z0-9_\-]*[A-Z])(?=[A-Za-z0-9_\-]*[a-z])(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{20,}"), 0),
+    # long opaque runs mixing upper case, lower case and digits (see _opaque)
+    (_OPAQUE_RUN, _opaque),
     # long base64 / hex runs (no hyphen: hyphenated names are kept)
     (re.compile(r"[A-Za-z0-9+/]{40,}={0,2}"), 0),
 )
@@ -50,13 +80,17 @@ _PATTERNS: tuple[tuple[re.Pattern[str], int], ...] = (
 def redact(text: str) -> str:
     """`text` with everything that looks like a credential replaced by `[redacted]`.
 
+    Linear in the length of `text` (it runs on screen lines a box controls).
+
     Args:
         text: any text (screen lines, error messages, file contents).
     Returns:
         The same text, masked; ordinary messages (box names, instants, percentages) are unchanged.
     """
     for pattern, keep in _PATTERNS:
-        if keep:
+        if callable(keep):
+            text = pattern.sub(keep, text)
+        elif keep:
             text = pattern.sub(lambda m, k=keep: "".join(m.group(i) or "" for i in range(1, k + 1)) + MASK, text)
         else:
             text = pattern.sub(MASK, text)

@@ -20,6 +20,8 @@ class Runtime:
         kube: Kubernetes client wrapper.
         usage: `controller.providers.readers.UsageCache` shared by every box (one reader per subscription).
         exec: `async (namespace, pod, container, argv, stdin=None) -> ExecResult` running one argv in a box container.
+        exec_open: `async (namespace, pod, container, argv) -> controller.kube.aexec.ExecStream` opening a
+            long-lived exec with stdin (the live tmux stream), or None where streams are not available.
         notifier: `controller.notify.Notifier` (optional webhook) or None.
         clock: returns the current UTC instant.
         events: the one Event poster (deduplicated; also the webhook and the metric). The default
@@ -31,6 +33,7 @@ class Runtime:
     kube: Kube
     usage: Any
     exec: Any = None
+    exec_open: Any = None
     notifier: Any = None
     clock: Clock = utcnow
     events: Recorder = field(default=None)  # type: ignore[assignment]

@@ -176,3 +176,21 @@ async def test_adopted_login_takes_only_what_the_provider_confirmed(world: World
     await eventually(lambda: sub_status(world).get("state") == "Disconnected"
                      or world.provider.token_valid(secret_login().access_token), 20,
                      what="Disconnected or a valid login in the Secret")
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+@pytest.mark.timeout(90)
+async def test_deeply_nested_login_file_in_a_box_does_not_stop_the_keeper(world: World, provider: str):
+    """A box replaces its login file with 100,000 nested brackets (well under the 256 KiB read cap):
+    Python's JSON decoder raises RecursionError, not ValueError. The keeper reads every box back
+    before each refresh, so the Subscription's refreshes must go on for the other box."""
+    settings(world)
+    await two_boxes(world, provider)
+    await eventually(lambda: any(r.status == 200 for r in world.provider.refreshes), 20, what="a first refresh")
+    (world.pod_dir("attacker") / REL[provider]).write_text("[" * 100_000)
+    start = sum(r.status == 200 for r in world.provider.refreshes)
+    await eventually(lambda: sum(r.status == 200 for r in world.provider.refreshes) >= start + 2, 30,
+                     what="two more refreshes with the nested file in place")
+    victim = parse_login(provider, world.login_file("victim", AGENT[provider]) or "")
+    assert world.provider.token_valid(victim.access_token)
+    assert sub_status(world).get("state") == "Available"

@@ -218,29 +218,3 @@ def test_log_records_are_redacted_and_bounded(caplog: pytest.LogCaptureFixture):
     assert "sk-ant-ort01" not in caplog.text and "invalid_grant" in caplog.text
     assert len(caplog.records[1].getMessage()) <= LOG_MESSAGE_MAX
 
-
-@pytest.mark.component
-async def test_the_api_server_sees_one_event_whose_count_is_patched(kube, k8s_client):
-    """The Recorder against the emulated API server through the real client: one Event object per
-    (object, type, reason, message); repeats patch its count; a restarted recorder counts on."""
-    from controller.kube.objects import Kube
-
-    store = Kube(k8s_client)
-    ref = ObjectRef("agentbox.dev/v1alpha1", "AgentBox", "default", "box-a", "uid-9")
-    rec = Recorder(store, None, refresh_s=0.05)
-    for _ in range(5):
-        rec.post(ref, "Warning", "Stalled", "Tab main: no progress")
-
-    def stored() -> list[dict[str, Any]]:
-        return kube.objects("v1/events", "default")
-    deadline = asyncio.get_running_loop().time() + 10
-    while not (stored() and stored()[0].get("count") == 5):
-        assert asyncio.get_running_loop().time() < deadline, stored()
-        await asyncio.sleep(0.05)
-    await rec.aclose()
-    again = Recorder(store, None)
-    again.post(ref, "Warning", "Stalled", "Tab main: no progress")
-    await again.aclose()
-    (event,) = stored()
-    assert event["count"] == 6 and event["involvedObject"]["uid"] == "uid-9"
-    assert {e.method for e in kube.journal if "/events" in e.path} <= {"POST", "GET", "PATCH"}

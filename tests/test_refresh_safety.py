@@ -257,3 +257,20 @@ def test_retry_after_is_shared():
     assert readers._retry_after("Thu, 01 Jan 2026 01:00:00 GMT", now) == 3600.0
     assert notify._retry_after("7") == 7.0
     assert C  # constants importable alongside (no cycle)
+
+
+@pytest.mark.component
+@pytest.mark.timeout(60)
+async def test_deeply_nested_token_answer_never_reuses_the_spent_token(world: World):
+    """A 200 token answer with 100,000 nested brackets in one field: Python's JSON decoder raises
+    RecursionError (not ValueError). The provider spent the refresh token; the keeper must treat the
+    answer as lost, never send the token again (a second use revokes every copy)."""
+    settings(world)
+    world.provider.override_next_token_answer("scope", "[" * 100_000 + "]" * 100_000)
+    text = await setup(world, ttl=6.0, boxes=1)
+    first = parse_login("anthropic", text)
+    await eventually(lambda: cond(world, "LoginRefreshed").get("reason") == "RefreshAnswerLost", 20,
+                     what="the unusable answer treated as lost")
+    await asyncio.sleep(2.0)
+    assert uses_of(world, first.refresh_token or "") == 1, world.provider.refreshes
+    assert all(r.outcome in ("ok", "lost") for r in world.provider.refreshes), world.provider.refreshes

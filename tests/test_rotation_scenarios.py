@@ -208,7 +208,9 @@ async def test_disconnected_subscription_moves_the_box(world: World):
     world.provider.revoke("tok-a")                      # the provider now answers 401 for a's login
     await sub_state(world, "a", "Disconnected", timeout=40)
     await eventually(lambda: status(world, "box").get("subscription") == "b", 15, what="moved off the disconnected one")
-    assert "login disconnected" in next(e["message"] for e in world.events("box") if e["reason"] == "Switched")
+    # The Switched Event is posted after the status patch that moved the box: poll for it.
+    await eventually(lambda: any(e["reason"] == "Switched" and "login disconnected" in e["message"]
+                                 for e in world.events("box")), 10, what="Switched Event naming the disconnect")
 
 
 async def test_codex_box_is_stopped_before_its_login_changes_then_resumed(world: World):

@@ -92,7 +92,9 @@ YOU = (r"(?:You(?:" + APOS + r"ve|" + APOS + r"re|\s+have|\s+are)?"
 ADVERB = r"(?:\s+(?:now|already|just|officially|unfortunately|again))?"
 HIT = r"(?:hit|reached|exhausted|exceeded|used\s+up|maxed\s+out|(?:run|ran)\s+out\s+of)"
 OWNER = r"(?:your|the|its|their|this|all(?:\s+of)?\s+your)"
-SCOPE = r"(?P<window>(?:[\w.\-/+" + APOS[1:-1] + r"]+\s+){0,4}?)"
+# Starts at a word's first character only: a lazy word loop tried at every position of a long word
+# rescans it to its end each time (quadratic; a box's 60,000-character line held the controller ~5 s).
+SCOPE = r"(?<![\w.\-/+" + APOS[1:-1] + r"])(?P<window>(?:[\w.\-/+" + APOS[1:-1] + r"]+\s+){0,4}?)"
 LIMIT_NOUN = r"(?:(?:usage|rate|message|plan|request|token)\s+)?(?:limit|quota|allowance)s?\b"
 # "continuing automatically", "set to continue automatically" (2.1.332), "will resume automatically"
 AUTO_CONTINUE = (r"(?:(?:claude(?:\s+code)?|codex|it|we|this\s+(?:task|session))\s+)?(?:(?:is|are)\s+)?(?:set\s+to\s+|going\s+to\s+|will\s+)?"

@@ -155,7 +155,7 @@ PROFILE = Profile(
     # (2.1.328), "… · set to continue automatically at 7:13am" (2.1.332), the footer's
     # "Continuing automatically at 5:13pm · Esc to cancel" and, after the reset, "Continuing shortly"
     auto_continue=(
-        lp("native-wait", r"(?:(?:[\w-]+\s+){0,3}?limit\s+(?:reached|hit|exhausted)" + SEP + r")?" + AUTO_CONTINUE),
+        lp("native-wait", r"(?:(?<![\w-])(?:[\w-]+\s+){0,3}?limit\s+(?:reached|hit|exhausted)" + SEP + r")?" + AUTO_CONTINUE),
         lp("native-wait", r"Continuing shortly\b"),
     ),
     usage=(

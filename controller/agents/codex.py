@@ -131,7 +131,7 @@ PROFILE = Profile(
     warnings=(
         lp("heads-up", r"Heads up[,:]?\s+you(?:['’]ve| have)\s+(?:used\s+(?:over\s+)?|less\s+than\s+)\d+\s*%",
            anchored=False),
-        lp("limit-left", r"\b(?:5h|weekly|monthly|daily|[\w.-]+)\s+limit:\s*(?:only\s+)?[<>]?\s*\d+(?:\.\d+)?\s*%\s+left",
+        lp("limit-left", r"(?<![\w.-])(?:5h|weekly|monthly|daily|[\w.-]+)\s+limit:\s*(?:only\s+)?[<>]?\s*\d+(?:\.\d+)?\s*%\s+left",
            anchored=False),
         lp("approaching", r"Approaching (?:your )?(?:rate|usage)? ?limits?", anchored=False),
     ),

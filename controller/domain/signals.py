@@ -58,5 +58,5 @@ def merge(det: Detection, usage: Usage | None, source: str, now: datetime) -> De
 def last_lines(screen: str, n: int = 5, width: int = 160) -> str:
     """The last `n` non-empty lines of a screen, each redacted as a whole and THEN cut to `width`
     characters (a token cut by the width is still masked)."""
-    lines = [redact(ln.rstrip())[:width] for ln in screen.splitlines() if ln.strip()]
-    return " | ".join(lines[-n:])
+    lines = [ln for ln in screen.splitlines() if ln.strip()][-n:] if n > 0 else []
+    return " | ".join(redact(ln.rstrip())[:width] for ln in lines)

@@ -70,6 +70,7 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
                          rt.settings.scan_interval_s, logger, "Tab watch",
                          existence_check(rt, C.AGENTBOX_PLURAL, ns, name, body.metadata.uid))
     finally:
+        await watcher.aclose()
         rt.wakeups.pop((ns, name), None)
         metrics.forget_box(ns, name)
         rt.events.forget(ObjectRef.of(body))  # deleted, or the process stops: its Event memory goes too

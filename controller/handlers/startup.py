@@ -14,7 +14,7 @@ from controller.handlers.registry import REGISTRY
 from kubernetes import client, config
 
 from controller import constants as C
-from controller.kube.exec import apod_exec
+from controller.kube.aexec import AsyncExec
 from controller.kube.objects import Kube
 from controller.runtime import Runtime
 from controller.settings import Settings, utcnow
@@ -58,10 +58,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
 
     reader = UsageReader(anthropic_base_url=ops.anthropic_base_url, openai_base_url=ops.openai_base_url)
     exec_override = getattr(memo, "exec", None)
-    core = client.CoreV1Api(api)
+    # Exec runs on the event loop over one connection pool (controller.kube.aexec says why aiohttp).
+    aexec = memo.aexec = AsyncExec(api.configuration)
 
     async def run_exec(namespace: str, pod: str, container: str, argv: list[str], stdin: str | None = None):
-        return await apod_exec(core, namespace, pod, container, argv, stdin=stdin, timeout=ops.exec_timeout_s,
+        return await aexec.run(namespace, pod, container, argv, stdin=stdin, timeout=ops.exec_timeout_s,
                                max_output=ops.exec_max_output_bytes)
 
     from controller.notify import Notifier
@@ -71,8 +72,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     notifier = getattr(memo, "notifier", None) or Notifier.from_env()
     clock = getattr(memo, "clock", None) or utcnow
     kube = Kube(api)
+    async def open_exec(namespace: str, pod: str, container: str, argv: list[str]):
+        return await aexec.open(namespace, pod, container, argv, connect_timeout=ops.exec_timeout_s)
+
     memo.runtime = Runtime(settings=ops, kube=kube, usage=UsageCache(reader),
-                           exec=exec_override or run_exec, notifier=notifier, clock=clock,
+                           exec=exec_override or run_exec,
+                           exec_open=getattr(memo, "exec_open", None) or (None if exec_override else open_exec), notifier=notifier, clock=clock,
                            events=Recorder(kube, notifier, clock, refresh_s=ops.event_refresh_s,
                                            quiet_s=ops.event_quiet_s))
     memo.reader = reader
@@ -91,6 +96,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     reader = getattr(memo, "reader", None)
     if reader is not None:
         await reader.close()
+    aexec = getattr(memo, "aexec", None)
+    if aexec is not None:
+        await aexec.aclose()
     runtime = getattr(memo, "runtime", None)
     if runtime is not None:
         await runtime.events.aclose()

@@ -35,6 +35,7 @@ from controller.redact import STATUS_MESSAGE_MAX, bounded
 from controller.service import boxfiles
 from controller.runtime import Runtime
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
+from controller.terminal.stream import BoxStream, StreamTerminal
 from controller.terminal.tmux import has_session_argv as tmux_has_session_argv
 from controller.domain.podheal import decide_pod, template_hash
 from controller.domain.podstate import ContainerView, box_container_view
@@ -172,10 +173,20 @@ class BoxWatcher:
         self._squatter: str | None = None        # message of the PodNotOwned Event already posted
         self.sub_problem: str | None = None
         self.seen: dict[str, tuple[int, datetime]] = {}   # tab -> (screen hash, unchanged since)
+        self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)
+        self._stream_pod: str | None = None      # uid of the pod the stream is attached to
+        self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
+        self._structured_seen: tuple[int, datetime, Any] | None = None  # (screens hash, read at, result)
         self._body: dict[str, Any] = {}
         self._spec: AgentBoxSpec | None = None
         self._status_lock = asyncio.Lock()   # status snapshots reach the API server in the order taken
         self._out_of_date: str | None = None  # PodOutOfDate message while the pod predates spec.template
+
+    async def aclose(self) -> None:
+        """Detach the live tmux stream (the watcher stops)."""
+        if self.stream is not None:
+            await self.stream.aclose()
+            self.stream = None
 
     # ------------------------------------------------------------------ one pass
     async def tick(self, body: dict[str, Any]) -> float:
@@ -218,9 +229,9 @@ class BoxWatcher:
             if pod:  # no pod yet: the reconcile owns Ready (its failure reasons, PodPending)
                 await self._write_ready(body, view, None)
             return s.scan_interval_s
-        term = BoxTerminal(self._exec_fn(pod, container), s.send_pause_s)
         tz = spec.time_zone or _container_tz(pod, container) or "UTC"
         patterns = self._user_patterns(spec)
+        term = self._terminal(pod, container, spec.agent, tz, patterns)
 
         try:
             tabs, inputs = await term.tabs()
@@ -248,7 +259,7 @@ class BoxWatcher:
         now = self.rt.clock()
         annotations = self._annotation_problems((body.get("metadata") or {}).get("annotations") or {}, now)
         dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
-        dets = await self._structured(term, spec, dets, now)
+        dets = await self._structured(term, spec, dets, now, screens)
         await self._subscriptions(term, tabs, dets, inputs, spec, body, now)
         resume_on = spec.when_agent_stops.resume_after_reset and not self.reserved
         wake: list[datetime | None] = []
@@ -292,20 +303,77 @@ class BoxWatcher:
         await self._consume_annotations(annotations)
         await self._write_status(body, spec, tabs, self.sub_problem)
 
-        return next_pass_in(wake, self.rt.clock(), s.scan_interval_s)
+        live = self.stream is not None and self.stream.connected
+        return next_pass_in(wake, self.rt.clock(), s.stream_rescan_s if live else s.scan_interval_s)
+
+    # ------------------------------------------------------------------ the live tmux stream
+    def _terminal(self, pod: dict[str, Any], container: str, agent: str, tz: str, patterns: list[Any]) -> BoxTerminal:
+        """The box terminal: over the live tmux stream when `settings.tmux_stream` is on and control mode
+        works in this pod, else one exec per command (polling)."""
+        exec_fn = self._exec_fn(pod, container)
+        s = self.rt.settings
+        if not s.tmux_stream or self.rt.exec_open is None:
+            return BoxTerminal(exec_fn, s.send_pause_s)
+        now = self.rt.clock
+
+        def classify(pane: str, screen: str) -> Any:
+            det = self._detect(agent, screen, now(), tz, patterns)
+            return det.state, det.kind, limit_key(det) if det.state == TabState.RATE_LIMITED else None
+
+        self._classify = classify
+        uid = (pod.get("metadata") or {}).get("uid")
+        if self.stream is None or self._stream_pod != uid:
+            if self.stream is not None:
+                asyncio.ensure_future(self.stream.aclose())
+            opener = self._open_fn(pod, container)
+            wake = self.rt.wakeup(self.namespace, self.name)
+            self.stream = BoxStream(opener, exec_fn, classify=lambda p, sc: self._classify(p, sc),
+                                    on_change=wake.set, command_timeout_s=s.exec_timeout_s)
+            self._stream_pod = uid
+            self.stream.start()
+        self.stream.exec_fn = exec_fn
+        return StreamTerminal(exec_fn, self.stream, s.send_pause_s)
+
+    def _open_fn(self, pod: dict[str, Any], container: str):
+        """Open a long-lived exec in the box's own pod (ownership proven first, as `owned_exec`)."""
+        from controller.kube.objects import require_owned
+
+        require_owned(pod, self._uid, "Pod", self.name)
+        meta = pod.get("metadata") or {}
+        namespace, name, open_ = meta.get("namespace"), meta.get("name"), self.rt.exec_open
+
+        async def run(argv: list[str]) -> Any:
+            try:
+                stream = await open_(namespace, name, container, argv)
+            except Exception:
+                metrics.EXEC_CALLS.labels("error").inc()
+                raise
+            metrics.EXEC_CALLS.labels("stream").inc()
+            return stream
+        return run
 
     # ------------------------------------------------------------------ structured signals (level 1)
     async def _structured(self, term: BoxTerminal, spec: AgentBoxSpec, dets: dict[str, Detection],
-                          now: datetime) -> dict[str, Detection]:
+                          now: datetime, screens: dict[str, str] | None = None) -> dict[str, Detection]:
         """Merge the agent's own machine-readable usage (Claude Code statusline input, Codex rollout
-        `token_count` events) into the screen detections. Read only when a tab is not visibly busy."""
+        `token_count` events) into the screen detections. Read only when a tab is not visibly busy; on the
+        live stream, only when a screen changed since the last read (a tab stopped) or `stream_rescan_s`
+        passed, else the last read is reused."""
         if not any(d.state in (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN) for d in dets.values()):
             return dets
         from controller.service.boxfiles import read_structured
 
+        digest = hash(tuple(sorted((screens or {}).items())))
+        seen = self._structured_seen
+        reuse = (isinstance(term, StreamTerminal) and term.stream.connected and seen is not None
+                 and seen[0] == digest and (now - seen[1]).total_seconds() < self.rt.settings.stream_rescan_s)
         problems: list[str] = []
         try:
-            usage, source = await read_structured(term.exec_fn, spec.agent, now, problems)
+            if reuse:
+                usage, source, problems = seen[2]  # type: ignore[index]
+            else:
+                usage, source = await read_structured(term.exec_fn, spec.agent, now, problems)
+                self._structured_seen = (digest, now, (usage, source, problems))
         except Exception as exc:  # noqa: BLE001 - no structured data is a normal case
             log.debug("Box %s/%s: no structured usage (%s)", self.namespace, self.name, type(exc).__name__)
             return dets
@@ -1028,6 +1096,14 @@ class BoxWatcher:
             conds = set_condition(conds, C.COND_RESERVED, True, "ReserveReached", self.reserved, now, gen)
         else:
             conds = set_condition(conds, C.COND_RESERVED, False, "BelowReserve", "The subscription's reserve is not reached", now, gen)
+        if self.stream is not None:
+            if self.stream.connected:
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, "Streaming",
+                                      "The live tmux stream is attached", now, gen)
+            else:
+                why = self.stream.unavailable or "the live tmux stream is down; reconnecting"
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, "Polling",
+                                      f"Polling the tabs: {why}", now, gen)
         state = ("NeedsAttention" if attention or problem else "Reserved" if self.reserved
                  else "RateLimited" if limited or self.group_exhausted else "Running")
         status = {

@@ -7,7 +7,9 @@ Claude Code 2.1.x and Codex 0.169) and react to keys the way the real TUIs do:
   it shows `You've hit your 5-hour limit · resets 5:13pm (UTC)`; with `--auto-continue` the
   native wait line instead, and (unless `--auto-continue-fails`) it continues by itself
   `--auto-continue-after` seconds after the reset; with `--menu` the rate-limit options menu,
-  answered by its number keys. `--prompt` opens a permission prompt first.
+  answered by its number keys (`--menu-no-stop`: a menu without the 'Stop and wait' option).
+  `--prompt` opens a permission prompt first. `--refuse-after-reset N`: the limit comes back (the same
+  line) on the first N submits after the reset, as a provider still refusing after its printed reset.
 * Codex: a `› ` composer with the placeholder `Ask Codex to do anything`; the limit line
   `■ You've hit your usage limit. … try again at 5:19 PM.`; Ctrl-C twice exits and prints the
   resume hint; `codex resume --last` (this program with `resume --last`) redraws the transcript.

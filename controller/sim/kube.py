@@ -224,6 +224,21 @@ class LocalExec:
             return ["tmux", "-S", str(self.tmux_socket_for(namespace, pod)), *argv[1:]]
         return list(argv)
 
+    async def spawn(self, namespace: str, pod: str, container: str, argv: list[str]) -> asyncio.subprocess.Process:
+        """Start ``argv`` with stdin, stdout and stderr as pipes, for a streamed (interactive) exec; no
+        timeout applies (a kubelet keeps a stream open while the client does).
+
+        :raises FileNotFoundError, PermissionError: the executable is missing or not executable.
+        """
+        self.calls += 1
+        cwd = self.workdir(namespace, pod)
+        cwd.mkdir(parents=True, exist_ok=True)
+        env = _tmux_env(self.env if self.env is not None else os.environ)
+        return await asyncio.create_subprocess_exec(
+            *self.rewrite_argv(namespace, pod, argv), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=str(cwd), env=env,
+            start_new_session=True)
+
     async def __call__(
         self, namespace: str, pod: str, container: str, argv: list[str], stdin: bytes | None
     ) -> tuple[bytes, bytes, int]:
@@ -620,6 +635,7 @@ class KubeEmulator:
         self.exec_faults: list[ExecFault] = []
         self.journal: list[JournalEntry] = []
         self.exec_journal: list[ExecRecord] = []
+        self.exec_streams: list[tuple[str, str, str, tuple[str, ...]]] = []  # (ns, pod, container, argv) at start
         self.faults: list[Fault] = []
         self.server_errors: list[BaseException] = []
         self.discovery = kmock.KubernetesScaffold()
@@ -1440,6 +1456,9 @@ class KubeEmulator:
             fault.on_match()
         if fault is not None and fault.mode == "refuse":
             raise ApiError(500, "InternalError", f"error dialing backend: dial tcp: connect: connection refused")
+        if fault is None and raw.query.get("stdin") in ("true", "1") and getattr(self.exec_handler, "spawn", None):
+            # interactive: streamed as the kubelet streams it (an injected fault keeps the one-shot path)
+            return await self._serve_exec_stream(raw, namespace, name, container, argv)
         ws = aiohttp.web.WebSocketResponse(protocols=_CHANNEL_PROTOCOLS)
         await ws.prepare(raw)
         protocol = ws.ws_protocol or ""
@@ -1480,6 +1499,103 @@ class KubeEmulator:
         except (ConnectionError, aiohttp.ClientConnectionResetError):
             pass
         return ws
+
+    async def _serve_exec_stream(self, raw: aiohttp.web.BaseRequest, namespace: str, name: str, container: str,
+                                 argv: list[str]) -> aiohttp.web.WebSocketResponse:
+        """An exec with stdin, streamed as the API server proxies it from the kubelet: channel-0 frames go to
+        the command's stdin as they arrive (v5 ``[255, 0]`` closes it; v4 has no close signal, so stdin
+        stays open until the connection closes), stdout and stderr go out as frames as the command prints,
+        then the channel-3 status.  The client closing the connection kills the command."""
+        ws = aiohttp.web.WebSocketResponse(protocols=_CHANNEL_PROTOCOLS, heartbeat=None)
+        await ws.prepare(raw)
+        protocol = ws.ws_protocol or ""
+        self.exec_streams.append((namespace, name, container, tuple(argv)))
+        try:
+            proc = await self.exec_handler.spawn(namespace, name, container, argv)  # type: ignore[union-attr]
+        except (FileNotFoundError, PermissionError) as exc:
+            rc = 127 if isinstance(exc, FileNotFoundError) else 126
+            self.exec_journal.append(ExecRecord(namespace, name, container, tuple(argv), rc, protocol))
+            await self._send_exit(ws, b"", f'exec: "{argv[0]}": {exc.strerror}\n'.encode(), rc)
+            return ws
+        except LookupError as exc:  # the kubelet model: the container stopped meanwhile
+            self.exec_journal.append(ExecRecord(namespace, name, container, tuple(argv), 126, protocol))
+            await self._send_exit(ws, b"", f"{exc}\n".encode(), 126)
+            return ws
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        send_lock = asyncio.Lock()
+
+        async def pump(reader: asyncio.StreamReader, channel: int) -> None:
+            while chunk := await reader.read(_FRAME_CHUNK):
+                async with send_lock:
+                    if ws.closed:
+                        return
+                    try:
+                        await ws.send_bytes(bytes([channel]) + chunk)
+                    except (ConnectionError, aiohttp.ClientConnectionResetError):
+                        return
+
+        async def feed() -> None:
+            stdin = proc.stdin
+            assert stdin is not None
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    data = msg.data
+                elif msg.type == aiohttp.WSMsgType.TEXT:
+                    data = msg.data.encode()
+                else:
+                    break
+                if not data:
+                    continue
+                if data[0] == _CLOSE and len(data) > 1 and data[1] == _STDIN and protocol == V5_PROTOCOL:
+                    stdin.close()
+                elif data[0] == _STDIN and not stdin.is_closing():
+                    try:
+                        stdin.write(data[1:])
+                        await stdin.drain()
+                    except (ConnectionError, BrokenPipeError):
+                        pass
+            # the client went away: the API server tears the stream down and the command with it
+            if proc.returncode is None:
+                await LocalExec._kill(proc)
+
+        pumps = asyncio.gather(pump(proc.stdout, _STDOUT), pump(proc.stderr, _STDERR))
+        feeder = asyncio.ensure_future(feed())
+        waiter = asyncio.ensure_future(proc.wait())
+        self._exec_tasks.update((feeder, waiter))
+        try:
+            await asyncio.wait({waiter, feeder}, return_when=asyncio.FIRST_COMPLETED)
+            await pumps
+            rc = await waiter
+        except asyncio.CancelledError:
+            await LocalExec._kill(proc)
+            raise
+        finally:
+            feeder.cancel()
+            self._exec_tasks.discard(feeder)
+            self._exec_tasks.discard(waiter)
+        rc = rc if rc >= 0 else 128 - rc
+        self.exec_journal.append(ExecRecord(namespace, name, container, tuple(argv), rc, protocol))
+        await self._send_exit(ws, b"", b"", rc)
+        return ws
+
+    @staticmethod
+    async def _send_exit(ws: aiohttp.web.WebSocketResponse, out: bytes, err: bytes, rc: int) -> None:
+        """Send remaining output, the channel-3 status of exit code ``rc``, and close."""
+        try:
+            for channel, data in ((_STDOUT, out), (_STDERR, err)):
+                for i in range(0, len(data), _FRAME_CHUNK):
+                    await ws.send_bytes(bytes([channel]) + data[i:i + _FRAME_CHUNK])
+            if rc == 0:
+                status: JsonObj = {"metadata": {}, "status": "Success"}
+            else:
+                status = {"metadata": {}, "status": "Failure",
+                          "message": f"command terminated with non-zero exit code: exit code {rc}",
+                          "reason": "NonZeroExitCode",
+                          "details": {"causes": [{"reason": "ExitCode", "message": str(rc)}]}}
+            await ws.send_bytes(bytes([_STATUS]) + json.dumps(status).encode())
+            await ws.close()
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            pass
 
     @staticmethod
     async def _read_stdin(ws: aiohttp.web.WebSocketResponse, protocol: str) -> bytes:

@@ -879,6 +879,18 @@ class KubeletExec(LocalExec):
         rc = proc.returncode if proc.returncode is not None else 1
         return out, err, rc if rc >= 0 else 128 - rc
 
+    async def spawn(self, namespace: str, pod: str, container: str, argv: list[str]) -> asyncio.subprocess.Process:
+        """Start a streamed exec inside the container (as its user), stdin/stdout/stderr as pipes.
+
+        :raises LookupError: the container does not run (the caller answers rc 126)."""
+        if (namespace, pod) not in self.kubelet.pods:
+            return await self.fallback.spawn(namespace, pod, container, argv)
+        self.calls += 1
+        real = self.kubelet.exec_argv(namespace, pod, container, argv)
+        return await asyncio.create_subprocess_exec(
+            *real, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=str(REPO_ROOT), start_new_session=True)
+
     def release(self, namespace: str, pod: str) -> None:
         """A pod removed from storage: the kubelet kills its containers (on the DELETED event)."""
         if (namespace, pod) not in self.kubelet.pods:

@@ -53,6 +53,11 @@ class PodExec(LocalExec):
         self.env = {**os.environ, "HOME": str(self.workdir(namespace, pod))}
         return await super().__call__(namespace, pod, container, argv, stdin)
 
+    async def spawn(self, namespace: str, pod: str, container: str, argv: list[str]) -> Any:
+        """A streamed exec (stdin open) with the same $HOME."""
+        self.env = {**os.environ, "HOME": str(self.workdir(namespace, pod))}
+        return await super().spawn(namespace, pod, container, argv)
+
 
 @dataclass
 class TabSpec:

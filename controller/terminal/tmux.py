@@ -19,7 +19,7 @@ _TAB_FORMAT = _FIELD_SEP.join([
     "#{window_id}", "#{window_index}", "#{window_name}", "#{pane_id}",
     "#{pane_current_command}", "#{pane_pid}", "#{window_activity}",
 ])
-_CLIENT_FORMAT = _FIELD_SEP.join(["#{client_activity}", "#{window_id}", "#{client_tty}"])
+_CLIENT_FORMAT = _FIELD_SEP.join(["#{client_activity}", "#{window_id}", "#{client_tty}", "#{client_control_mode}"])
 _MARK = "\x1eabx-tab "
 
 
@@ -74,13 +74,17 @@ def parse_tabs(out: str) -> tuple[list[Tab], dict[str, datetime]]:
     """Parse `list_tabs_argv` output into tabs and {window id: last human key time (UTC)}.
 
     Human typing moves only `client_activity` (send-keys does not; real-agents.md, tmux 3.3a),
-    so the last input in a tab is the newest activity of the clients showing that window.
+    so the last input in a tab is the newest activity of the clients showing that window.  Control-mode
+    clients (the controller's own live stream, `controller.terminal.control`) are not humans: their
+    activity moves with every command they send, so they are left out.
     """
     tabs: list[Tab] = []
     inputs: dict[str, datetime] = {}
     for line in out.splitlines():
         parts = line.split(_FIELD_SEP)
         if parts[0] == "clients" and len(parts) >= 3:
+            if len(parts) >= 5 and parts[4] == "1":
+                continue
             at = _epoch(parts[1])
             if at and (parts[2] not in inputs or inputs[parts[2]] < at):
                 inputs[parts[2]] = at

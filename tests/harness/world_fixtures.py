@@ -3,6 +3,7 @@ kopf operator with short intervals. See controller/sim/world.py."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import AsyncIterator
 
@@ -16,6 +17,8 @@ FAST = Settings(
     max_attempts=3, unknown_reset_recheck_s=5.0, send_pause_s=0.15, verify_timeout_s=4.0, restart_timeout_s=15.0,
     usage_interval_s=30.0, usage_max_age_s=2.0, exec_timeout_s=10.0, metrics_port=0, retry_delay_s=2.0,
     usage_near_interval_s=5.0, usage_min_interval_s=1.0,
+    # AGENTBOX_TEST_TMUX_STREAM=1 runs every scenario on the live tmux stream instead of polling
+    tmux_stream=os.environ.get("AGENTBOX_TEST_TMUX_STREAM") == "1",
 )
 
 

@@ -1,0 +1,286 @@
+"""Scale: N boxes on S subscriptions on one controller, idle, then bursts of limits.
+
+Every box runs one light Claude-Code-like tab (a bash script, not a real agent: the point is the
+controller): it shows a prompt, waits on a FIFO, and when the bench writes a reset clock into it prints the
+real Claude Code limit line (`You've hit your 5-hour limit · resets 5:13pm (UTC)`), then reads one line
+(what the controller types) and logs when it arrived.
+
+Phases:
+1. setup: S subscriptions (provider emulator logins at 50 %), N AgentBoxes, pods with their tmux tab;
+   the operator starts; the bench waits until every box reports its tab.
+2. idle (`--idle` seconds): nothing changes on any screen. Measured over exactly this window: exec calls
+   (one-shot) and exec streams opened per box per hour, API requests per minute (every request the
+   controller made, exec included), controller CPU in cores, RSS.
+3. bursts: the subscriptions are split into `--bursts` groups; group g's boxes print their limit line at
+   the same moment, with a reset on the minute boundary g+1 minutes later (Claude prints minute-rounded
+   resets; the provider's window resets at that instant). Resume lag = (continue received - reset) -
+   `resume_margin_s`, per box.
+
+The operator runs in this process (kopf in its own thread, as in the component tests; the API server and
+provider emulators run on the main thread). CPU is the operator's: the CPU time of every thread but the
+main one. RSS: `rss_mib` is this process's RSS minus its RSS before the operator started (an estimate of
+the controller's share; the emulator's own stores grow too, so it is an upper bound), `rss_process_mib`
+the whole process.
+
+Final line: JSON with `boxes`, `subscriptions`, `tmux_stream`, `idle_s`, `idle_exec_per_box_hour`,
+`idle_stream_opens_per_box_hour`, `idle_exec_per_box_min`, `api_requests_per_min`, `rss_mib`,
+`cpu_idle_cores`, `resume_lag_p99_s` and more.
+
+Usage: .venv/bin/python bench/scale.py [--boxes 1000] [--subscriptions 100] [--idle 300] [--bursts 2]
+       [--stream | --polling]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from controller.settings import Settings  # noqa: E402
+from controller.sim.fake_agent import claude_clock  # noqa: E402
+from controller.sim.world import TabSpec, World, claude_login  # noqa: E402
+
+SETTINGS = Settings(
+    scan_interval_s=5.0, resume_margin_s=1.0, human_idle_s=4.0, auto_continue_grace_s=6.0, settle_s=4.0,
+    max_attempts=3, unknown_reset_recheck_s=5.0, send_pause_s=0.15, verify_timeout_s=4.0, restart_timeout_s=15.0,
+    usage_interval_s=300.0, usage_max_age_s=2.0, exec_timeout_s=10.0, metrics_port=0,
+)
+
+AGENT = r"""#!/bin/bash
+# A light Claude-Code-like tab: $1 the FIFO that brings the reset clock, $2 the log of what was typed.
+printf '> '
+IFS= read -r clock < "$1"
+printf '\n  \xe2\x8e\xbf  You'\''ve hit your 5-hour limit \xc2\xb7 resets %s (UTC)\n> ' "$clock"
+IFS= read -r line
+printf '%s %s\n' "$(date +%s.%N)" "$line" >> "$2"
+printf 'working\n'
+exec sleep 1000000
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def pct(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None without values."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))]
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def operator_cpu_s() -> float:
+    """CPU seconds (user + system) of every thread of this process but the main one (the operator's
+    kopf thread and its worker threads; the emulators run on the main thread)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    main = os.getpid()
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) == main:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def controller_requests(world: World, start: int, end: int) -> int:
+    """Requests the controller made (the bench's own client is aiohttp's default `Python/...` agent)."""
+    return sum(1 for e in world.kube.journal[start:end] if not e.user_agent.startswith("Python/"))
+
+
+async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
+    t_start = time.time()
+    settings = SETTINGS.model_copy(update={"tmux_stream": args.stream})
+    world = World(workdir / "world", settings)
+    await world.start()
+    try:
+        boxes = [f"box-{i:04d}" for i in range(args.boxes)]
+        sub_of = {box: i % args.subscriptions for i, box in enumerate(boxes)}
+        far = datetime.fromtimestamp(time.time() + 3 * 3600, timezone.utc)
+        week = datetime.fromtimestamp(time.time() + 5 * 86400, timezone.utc)
+        for s in range(args.subscriptions):
+            world.provider.add_login(f"tok-{s}", f"acct-{s}")
+            world.provider.set_windows(f"acct-{s}", five_hour=(50.0, far), weekly=(20.0, week))
+            await world.add_secret(f"login-{s}", "credentials.json", claude_login(f"tok-{s}"))
+            await world.add_subscription(f"sub-{s}", "anthropic", f"login-{s}", "credentials.json")
+        agent = workdir / "agent.sh"
+        agent.write_text(AGENT)
+        agent.chmod(0o755)
+        fifos = {}
+        for box in boxes:
+            await world.add_box(box, "claude-code", f"sub-{sub_of[box]}")
+            fifos[box] = workdir / f"{box}.fifo"
+            os.mkfifo(fifos[box])
+        rss_before = rss_mib()
+        world.start_operator()
+        sem = asyncio.Semaphore(16)
+
+        async def start_pod(box: str) -> None:
+            async with sem:
+                await world.run_pod(box, [TabSpec("main", [str(agent), str(fifos[box]), str(workdir / f"{box}.log")])],
+                                    timeout=300)
+        await asyncio.gather(*(start_pod(b) for b in boxes))
+        log(f"{args.boxes} pods up in {time.time() - t_start:.1f}s")
+
+        def watched() -> int:
+            return sum(1 for b in boxes if ((world.box(b) or {}).get("status") or {}).get("tabs"))
+        deadline = time.time() + max(120.0, args.boxes * 0.5)
+        while watched() < args.boxes and time.time() < deadline:
+            await asyncio.sleep(1)
+        if args.stream:
+            while time.time() < deadline and sum(
+                    1 for b in boxes for c in ((world.box(b) or {}).get("status") or {}).get("conditions") or []
+                    if c["type"] == "TerminalStream" and c["status"] == "True") < args.boxes:
+                await asyncio.sleep(1)
+        await asyncio.sleep(settings.scan_interval_s * 2)  # first passes and structured reads settle
+        log(f"{watched()}/{args.boxes} boxes watched; idle for {args.idle:.0f}s")
+
+        # ---------------------------------------------------------------- idle
+        j0, e0, s0 = len(world.kube.journal), len(world.kube.exec_journal), len(world.kube.exec_streams)
+        streams_open0 = sum(1 for _ in world.kube.exec_streams)
+        c0, t0 = operator_cpu_s(), time.monotonic()
+        await asyncio.sleep(args.idle)
+        j1, e1, s1 = len(world.kube.journal), len(world.kube.exec_journal), len(world.kube.exec_streams)
+        c1, t1 = operator_cpu_s(), time.monotonic()
+        idle_s = t1 - t0
+        # one-shot execs end in exec_journal; streams also end there when they close (count them apart)
+        stream_ends = sum(1 for r in world.kube.exec_journal[e0:e1] if r.argv[1:3] == ("-C", "attach-session"))
+        execs = (e1 - e0) - stream_ends
+        opens = s1 - s0
+        rss_idle, rss_process = rss_mib() - rss_before, rss_mib()
+        requests = controller_requests(world, j0, j1)
+        per_hour = 3600 / idle_s / args.boxes
+        log(f"idle: {execs} exec calls, {opens} stream opens, {requests} API requests, "
+            f"CPU {(c1 - c0) / idle_s:.3f} cores, RSS +{rss_idle:.0f} MiB")
+
+        # ---------------------------------------------------------------- bursts
+        groups = max(1, min(args.bursts, args.subscriptions))
+        now = time.time()
+        resets = {}
+        first = math.ceil((now + 30) / 60) * 60.0  # a minute boundary at least 30 s ahead
+        for g in range(groups):
+            resets[g] = first + 60.0 * g
+        reset_of = {box: resets[sub_of[box] % groups] for box in boxes}
+        for s in range(args.subscriptions):
+            r = datetime.fromtimestamp(resets[s % groups], timezone.utc)
+            world.provider.set_windows(f"acct-{s}", five_hour=(100.0, r), weekly=(20.0, week))
+        for box in boxes:
+            clock = claude_clock(datetime.fromtimestamp(reset_of[box], timezone.utc), "UTC")
+            fd = os.open(fifos[box], os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, (clock + "\n").encode())
+            os.close(fd)
+        log(f"limits printed; resets at +{resets[0] - time.time():.0f}s .. +{resets[groups - 1] - time.time():.0f}s")
+
+        def received(box: str) -> list[tuple[float, str]]:
+            path = workdir / f"{box}.log"
+            if not path.exists():
+                return []
+            out = []
+            for line in path.read_text().splitlines():
+                t, _, text = line.partition(" ")
+                out.append((float(t), text))
+            return out
+        end = resets[groups - 1] + args.timeout
+        while time.time() < end and not all(received(b) for b in boxes):
+            await asyncio.sleep(1)
+        await asyncio.sleep(3)
+        lags, early, missing, wrong = [], 0, 0, 0
+        for box in boxes:
+            got = received(box)
+            if not got:
+                missing += 1
+                continue
+            t, text = got[0]
+            wrong += text != "continue"
+            early += t < reset_of[box]
+            lags.append(t - reset_of[box] - settings.resume_margin_s)
+        c2 = operator_cpu_s()
+        p99 = pct(lags, 99)
+        p50 = pct(lags, 50)
+        return {
+            "boxes": args.boxes, "subscriptions": args.subscriptions, "tabs": args.boxes,
+            "tmux_stream": args.stream, "scan_interval_s": settings.scan_interval_s, "idle_s": round(idle_s, 1),
+            "idle_exec_calls": execs, "idle_stream_opens": opens,
+            "idle_exec_per_box_hour": round(execs * per_hour, 2),
+            "idle_exec_per_box_min": round(execs * per_hour / 60, 3),
+            "idle_stream_opens_per_box_hour": round(opens * per_hour, 2),
+            "api_requests_per_min": round(requests * 60 / idle_s, 1),
+            "rss_mib": round(rss_idle, 1), "rss_process_mib": round(rss_process, 1),
+            "cpu_idle_cores": round((c1 - c0) / idle_s, 4),
+            "cpu_total_s": round(c2, 1),
+            "bursts": groups, "resumed": len(lags), "missing": missing, "early": early, "wrong_text": wrong,
+            "resume_lag_p50_s": round(p50, 3) if p50 is not None else None,
+            "resume_lag_p99_s": round(p99, 3) if p99 is not None else None,
+            "resume_lag_max_s": round(max(lags), 3) if lags else None,
+            "resume_margin_s": settings.resume_margin_s,
+            "load_avg_1m": round(os.getloadavg()[0], 2), "wall_s": round(time.time() - t_start, 1),
+            "streams_open_at_start_of_idle": streams_open0,
+        }
+    finally:
+        await world.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--boxes", type=int, default=1000)
+    p.add_argument("--subscriptions", type=int, default=100)
+    p.add_argument("--idle", type=float, default=300.0, help="seconds of the idle window (default 300)")
+    p.add_argument("--bursts", type=int, default=2, help="groups of subscriptions limited together (default 2)")
+    p.add_argument("--timeout", type=float, default=120.0, help="give up this long after the last reset")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--stream", dest="stream", action="store_true", default=True,
+                      help="the live tmux stream per box (settings.tmux_stream; default)")
+    mode.add_argument("--polling", dest="stream", action="store_false", help="poll every scan_interval_s")
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args(argv)
+    if not 1 <= args.subscriptions <= args.boxes:
+        p.error("need boxes >= subscriptions >= 1")
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not args.verbose:
+        logging.getLogger("kopf").setLevel(logging.ERROR)
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="abx-scale-"))
+    try:
+        result = asyncio.run(bench(args, workdir))
+    finally:
+        for _ in range(10):
+            shutil.rmtree(workdir, ignore_errors=True)
+            if not workdir.exists():
+                break
+            time.sleep(0.3)
+    log(f"idle exec/box/hour {result['idle_exec_per_box_hour']}  stream opens/box/hour "
+        f"{result['idle_stream_opens_per_box_hour']}  API req/min {result['api_requests_per_min']}  "
+        f"CPU {result['cpu_idle_cores']} cores  RSS {result['rss_mib']} MiB  resume lag p99 {result['resume_lag_p99_s']}s "
+        f"({result['resumed']}/{result['boxes']} resumed, {result['missing']} missing)")
+    print(json.dumps(result), flush=True)
+    return 0 if result["missing"] == 0 and result["early"] == 0 and result["wrong_text"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""A box terminal backed by one live tmux control-mode stream, with polling as the fallback.
+
+:class:`BoxStream` keeps one ``tmux -C attach`` exec open per box (reconnecting with backoff), captures
+panes only when tmux says they changed, and calls ``on_change`` when a changed screen looks different to
+the caller's ``classify`` (for the watcher: the detected tab state), so a busy agent's spinner does not wake
+anyone.  :class:`StreamTerminal` is a :class:`controller.terminal.session.BoxTerminal` whose tmux commands
+travel over that stream and whose captures come from the stream's cache; anything else (and every tmux
+command while the stream is down) uses the one-shot exec, so polling stays correct as the fallback.
+
+Where control mode cannot be used (no tmux in the image, tmux older than 3.2) the stream says so in
+:attr:`BoxStream.unavailable` and the caller polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Hashable
+
+from controller.terminal import control, tmux
+from controller.terminal.control import ControlClient, ControlError
+from controller.terminal.session import BoxTerminal, ExecFn, ExecResultLike
+
+log = logging.getLogger("agentbox.stream")
+
+OpenFn = Callable[[list[str]], Awaitable[Any]]
+"""Opens an exec stream in the box container: ``await open_fn(argv) -> ExecStream`` (stdin open)."""
+
+
+@dataclass(frozen=True)
+class _Result:
+    stdout: str
+    stderr: str
+    rc: int
+
+
+class BoxStream:
+    """The live tmux stream of one box.
+
+    Args:
+        open_fn: opens an exec stream in the box container (ownership already proven by the caller).
+        exec_fn: one-shot exec in the box container (for the ``tmux -V`` check).
+        classify: ``(pane_id, screen) -> key``; a changed key calls ``on_change`` (``None``: every change).
+        on_change: called (sync) when a pane's key or the tab list changed, or the stream went up or down.
+        debounce_s: seconds to gather changes before capturing (bursts of output cost one capture).
+        backoff_s: (first, most) seconds between reconnects; doubled per failure, with jitter.
+    Attributes:
+        unavailable: why control mode cannot be used (``"no tmux"``, ``"tmux 3.1 is older than 3.2"``),
+            else ``None``.  Set once, by the version check; the caller polls instead.
+        connected: the stream is up now.
+        screens: the last captured screen per pane id (fresh while connected).
+        opened: streams opened so far (1 plus reconnects).
+    """
+
+    def __init__(self, open_fn: OpenFn, exec_fn: ExecFn, *, classify: Callable[[str, str], Hashable] | None = None,
+                 on_change: Callable[[], None] = lambda: None, debounce_s: float = 0.2,
+                 backoff_s: tuple[float, float] = (1.0, 60.0), command_timeout_s: float = 10.0) -> None:
+        self.open_fn = open_fn
+        self.exec_fn = exec_fn
+        self.classify = classify
+        self.on_change = on_change
+        self.debounce_s = debounce_s
+        self.backoff_s = backoff_s
+        self.command_timeout_s = command_timeout_s
+        self.unavailable: str | None = None
+        self.client: ControlClient | None = None
+        self.screens: dict[str, str] = {}
+        self.keys: dict[str, Hashable] = {}
+        self.opened = 0
+        self._checked = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def connected(self) -> bool:
+        """The control client is attached now."""
+        return self.client is not None and not self.client.closed.is_set()
+
+    def start(self) -> None:
+        """Start the connect-and-follow loop (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+
+    async def aclose(self) -> None:
+        """Stop following and detach."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.client is not None:
+            await self.client.aclose()
+
+    async def _check_version(self) -> bool:
+        try:
+            result = await self.exec_fn(["tmux", "-V"])
+        except Exception as exc:  # noqa: BLE001 - transport: try again later
+            log.info("tmux version check failed (%s)", type(exc).__name__)
+            return False
+        self._checked = True
+        if result.rc != 0:
+            self.unavailable = "no tmux in the box container" if result.rc in (126, 127) else "tmux -V failed"
+        elif not control.supported(result.stdout):
+            self.unavailable = (f"{result.stdout.strip()[:40]} is older than "
+                                f"{control.MIN_VERSION[0]}.{control.MIN_VERSION[1]}")
+        return self.unavailable is None
+
+    async def _run(self) -> None:
+        delay = self.backoff_s[0]
+        while True:
+            if not self._checked and not await self._check_version():
+                if self.unavailable is not None:
+                    self.on_change()
+                    return
+            else:
+                started = time.monotonic()
+                try:
+                    stream = await self.open_fn(control.attach_argv())
+                    self.opened += 1
+                    self.client = ControlClient(stream)
+                    self.screens.clear()
+                    self.keys.clear()
+                    await self._follow(self.client)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - transport or tmux failure: reconnect
+                    log.info("tmux stream failed (%s)", type(exc).__name__)
+                if self.client is not None:
+                    await self.client.aclose()
+                self.on_change()  # down: the watcher polls meanwhile
+                if time.monotonic() - started > 60:
+                    delay = self.backoff_s[0]
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, self.backoff_s[1])
+
+    async def _follow(self, client: ControlClient) -> None:
+        """Capture what changed, tell the caller about changes that matter, until the stream ends."""
+        first = True
+        while not client.closed.is_set():
+            await client.changed.wait()
+            if client.closed.is_set():
+                break
+            await asyncio.sleep(self.debounce_s)
+            dirty, tabs_changed = client.take_dirty()
+            if tabs_changed or first:
+                result = await self.command(tmux.list_tabs_argv())
+                if result.rc != 0:  # the session is gone
+                    raise ControlError("session not found", "closed")
+                panes = {t.pane_id for t in tmux.parse_tabs(result.stdout)[0]}
+                for gone in set(self.screens) - panes:
+                    self.screens.pop(gone, None)
+                    self.keys.pop(gone, None)
+                dirty |= panes - set(self.screens)
+            notify = tabs_changed or first
+            first = False
+            for pane in sorted(dirty):
+                reply = await client.command(tmux.capture_one_argv(pane), self.command_timeout_s)
+                if not reply[0].ok:
+                    continue
+                screen = "\n".join(reply[0].lines).rstrip("\n")
+                self.screens[pane] = screen
+                key = self.classify(pane, screen) if self.classify is not None else object()
+                if self.keys.get(pane, None) != key or pane not in self.keys:
+                    notify = True
+                self.keys[pane] = key
+            await client.resume_panes(dirty)
+            if notify:
+                self.on_change()
+
+    async def command(self, argv: list[str]) -> _Result:
+        """Run a ``tmux`` argv over the stream: stdout the output lines of every command, rc 0 when all
+        succeeded, else 1 with the failing commands' lines in stderr.
+
+        :raises ControlError: the stream is down or failed (the caller falls back to exec).
+        """
+        if self.client is None or self.client.closed.is_set():
+            raise ControlError("control stream not connected", "closed")
+        replies = await self.client.command(argv, self.command_timeout_s)
+        out = "".join(line + "\n" for r in replies if r.ok for line in r.lines)
+        err = "".join(line + "\n" for r in replies if not r.ok for line in r.lines)
+        return _Result(out, err, 0 if all(r.ok for r in replies) else 1)
+
+
+class StreamTerminal(BoxTerminal):
+    """A :class:`BoxTerminal` whose tmux commands go over the box's :class:`BoxStream` while it is up.
+
+    Captures of panes the stream has seen come from its cache (tmux said nothing changed since); other
+    commands, and everything while the stream is down or for an argument control mode cannot carry, use
+    the one-shot exec.
+    """
+
+    def __init__(self, exec_fn: ExecFn, stream: BoxStream, send_pause_s: float = 0.3) -> None:
+        super().__init__(exec_fn, send_pause_s)
+        self.stream = stream
+
+    async def run(self, argv: list[str], check: bool = True) -> ExecResultLike:
+        """As :meth:`BoxTerminal.run`, over the stream when it is up and ``argv`` is a tmux command."""
+        if argv and argv[0] == "tmux" and self.stream.connected:
+            try:
+                result: ExecResultLike = await self.stream.command(argv)
+            except ControlError:
+                result = await self._exec(argv)
+            if check and result.rc != 0:
+                from controller.terminal.session import TmuxCommandFailed
+                raise TmuxCommandFailed(f"tmux {argv[1] if len(argv) > 1 else ''} exited {result.rc}")
+            return result
+        return await super().run(argv, check)
+
+    async def capture_all(self, tabs: list[tmux.Tab]) -> dict[str, str]:
+        """Screens of every tab: cached for panes the live stream follows, captured for the others."""
+        if not self.stream.connected:
+            return await super().capture_all(tabs)
+        cached = {t.id: self.stream.screens[t.pane_id] for t in tabs if t.pane_id in self.stream.screens}
+        missing = [t for t in tabs if t.id not in cached]
+        if missing:
+            cached.update(await super().capture_all(missing))
+        return cached

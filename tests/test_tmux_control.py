@@ -1,0 +1,177 @@
+"""The live tmux stream: control mode over a streamed exec (emulator -> real tmux), matched replies,
+change notifications, the human's last input and window sizes untouched, reconnect, and the fallback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import kubernetes.client
+import pytest
+import pytest_asyncio
+
+from controller.kube.aexec import AsyncExec
+from controller.kube.exec import ExecResult
+from controller.sim.kube import KubeEmulator
+from controller.terminal import control, tmux
+from controller.terminal.control import ControlClient, ControlError
+from controller.terminal.stream import BoxStream, StreamTerminal
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+@pytest.fixture
+def crd_paths() -> list[Any]:
+    return []
+
+
+@pytest_asyncio.fixture
+async def aexec(kube: KubeEmulator, k8s_client: kubernetes.client.ApiClient) -> AsyncIterator[AsyncExec]:
+    async with aiohttp.ClientSession() as http:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "box"},
+               "spec": {"containers": [{"name": "box", "image": "x"}]}}
+        async with http.post(kube.url + PODS, json=pod) as resp:
+            assert resp.status == 201
+    await kube.set_pod_phase("default", "box")
+    client = AsyncExec(k8s_client.configuration)
+    run = lambda *argv: client.run("default", "box", "box", list(argv))  # noqa: E731
+    assert (await run("tmux", "new-session", "-d", "-s", "agentbox", "-x", "120", "-y", "30", "sh")).rc == 0
+    assert (await run("tmux", "new-window", "-d", "-t", "agentbox", "sh")).rc == 0
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def _exec_fn(aexec: AsyncExec):
+    async def run(argv: list[str], stdin: str | None = None) -> ExecResult:
+        return await aexec.run("default", "box", "box", argv, stdin=stdin)
+    return run
+
+
+def _open_fn(aexec: AsyncExec):
+    async def open_(argv: list[str]) -> Any:
+        return await aexec.open("default", "box", "box", argv)
+    return open_
+
+
+async def _until(probe, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not await probe():
+            await asyncio.sleep(0.05)
+
+
+async def test_replies_are_matched_to_their_callers(aexec: AsyncExec) -> None:
+    client = ControlClient(await aexec.open("default", "box", "box", control.attach_argv()))
+    try:
+        replies = await asyncio.gather(*(client.command(["tmux", "display-message", "-p", f"caller-{i}"])
+                                         for i in range(20)))
+        assert [r[0].lines for r in replies] == [[f"caller-{i}"] for i in range(20)]
+        failed, fine = await client.command(["tmux", "has-session", "-t", "=nope", ";", "display-message", "-p", "x"])
+        assert not failed.ok and "nope" in failed.lines[0] and fine.ok and fine.lines == ["x"]
+        # a screen line imitating the protocol ends nothing: only the block's own time and number do
+        pane = (await client.command(["tmux", "display-message", "-p", "-t", "=agentbox:0", "#{pane_id}"]))[0].lines[0]
+        await client.command(["tmux", "send-keys", "-t", pane, "-l", "--", "echo '%end 1 2 1'; echo '%begin 3 4 1'"])
+        await client.command(["tmux", "send-keys", "-t", pane, "Enter"])
+
+        async def printed() -> bool:
+            screen = (await client.command(tmux.capture_one_argv(pane)))[0].lines
+            return screen.count("%end 1 2 1") == 1
+        await _until(printed)
+        after = await client.command(["tmux", "display-message", "-p", "still-in-step"])
+        assert after[0].lines == ["still-in-step"]
+        # text tmux's parser could reinterpret (quotes, $VAR, ~, #{...}, ;, backslash) arrives literally
+        tricky = "it's $HOME; #{pane_id} ~ \"q\" \\ end"
+        await client.command(["tmux", "send-keys", "-t", pane, "-l", "--", tricky])
+
+        async def typed() -> bool:
+            return tricky in "\n".join((await client.command(tmux.capture_one_argv(pane)))[0].lines)
+        await _until(typed)
+        await client.command(["tmux", "send-keys", "-t", pane, "C-u"])
+        with pytest.raises(ControlError) as exc:
+            await client.command(["tmux", "send-keys", "-t", pane, "-l", "--", "two\nlines"])
+        assert exc.value.reason == "unquotable"
+    finally:
+        await client.aclose()
+
+
+async def test_changes_are_reported_per_pane_and_tab(aexec: AsyncExec) -> None:
+    client = ControlClient(await aexec.open("default", "box", "box", control.attach_argv()))
+    try:
+        tabs, _ = tmux.parse_tabs((await aexec.run("default", "box", "box", tmux.list_tabs_argv())).stdout)
+        client.take_dirty()
+        await client.command(["tmux", "send-keys", "-t", tabs[1].pane_id, "-l", "--", "echo busy"])
+        await _until(lambda: asyncio.sleep(0, tabs[1].pane_id in client.dirty))
+        dirty, tabs_changed = client.take_dirty()
+        assert dirty == {tabs[1].pane_id} and not tabs_changed
+        await aexec.run("default", "box", "box", ["tmux", "new-window", "-d", "-t", "agentbox", "sh"])
+        await _until(lambda: asyncio.sleep(0, client.tabs_changed))
+        await aexec.run("default", "box", "box", ["tmux", "kill-server"])
+        await asyncio.wait_for(client.closed.wait(), 5)
+        assert client.exit_reason is not None and client.exit_reason.startswith("exit")
+        with pytest.raises(ControlError):
+            await client.command(["tmux", "display-message", "-p", "x"])
+    finally:
+        await client.aclose()
+
+
+async def test_the_control_client_is_not_a_human_and_sizes_nothing(aexec: AsyncExec) -> None:
+    run = lambda *argv: aexec.run("default", "box", "box", list(argv))  # noqa: E731
+    client = ControlClient(await aexec.open("default", "box", "box", control.attach_argv()))
+    try:
+        for _ in range(3):
+            await client.command(["tmux", "display-message", "-p", "x"])
+        out = (await run(*tmux.list_tabs_argv())).stdout
+        assert "\x1f1" in out  # the control client is listed ...
+        tabs, inputs = tmux.parse_tabs(out)
+        assert inputs == {}  # ... and is not a human typing
+        size = await run("tmux", "list-windows", "-t", "=agentbox", "-F", "#{window_width}x#{window_height}")
+        assert size.stdout.split() == ["120x30", "120x30"]
+    finally:
+        await client.aclose()
+
+
+async def test_box_stream_wakes_on_meaningful_changes_and_reconnects(kube: KubeEmulator, aexec: AsyncExec) -> None:
+    woke: list[int] = []
+    box = BoxStream(_open_fn(aexec), _exec_fn(aexec), debounce_s=0.05, backoff_s=(0.05, 0.2),
+                    classify=lambda pane, screen: "READY" in screen, on_change=lambda: woke.append(1))
+    box.start()
+    term = StreamTerminal(_exec_fn(aexec), box, send_pause_s=0.05)
+    try:
+        await _until(lambda: asyncio.sleep(0, box.connected and len(box.screens) == 2))
+        tabs, _ = await term.tabs()
+        execs = len(kube.exec_journal)
+        before = len(woke)
+        await term.type_line(tabs[0].pane_id, "echo no-key-change")
+        await term.type_line(tabs[0].pane_id, "echo REA''DY")
+
+        async def ready() -> bool:
+            return "READY" in (await term.capture_all(tabs))[tabs[0].id].replace("REA''DY", "")
+        await _until(ready)
+        assert len(woke) > before
+        assert len(kube.exec_journal) == execs  # typing, listing and capturing went over the stream
+        # the stream drops (the client is detached): it comes back by itself
+        await aexec.run("default", "box", "box", ["tmux", "detach-client", "-s", "=agentbox"])
+        await _until(lambda: asyncio.sleep(0, box.opened >= 2 and box.connected))
+        assert (await term.tabs())[0][0].id == tabs[0].id
+    finally:
+        await box.aclose()
+
+
+async def test_no_control_mode_means_polling_and_says_why() -> None:
+    for rc, out, reason in ((127, "", "no tmux"), (0, "tmux 3.1c\n", "older than 3.2")):
+        async def exec_fn(argv: list[str], stdin: str | None = None, rc=rc, out=out) -> ExecResult:
+            return ExecResult(out, "", rc)
+
+        async def open_fn(argv: list[str]) -> Any:
+            raise AssertionError("no stream may be opened")
+        changes: list[int] = []
+        box = BoxStream(open_fn, exec_fn, on_change=lambda: changes.append(1))
+        box.start()
+        await asyncio.wait_for(box._task, 5)  # type: ignore[arg-type]
+        assert box.unavailable is not None and reason in box.unavailable and changes == [1]
+        assert not box.connected
+    assert control.supported("tmux 3.3a") and control.supported("tmux next-3.6")
+    assert not control.supported("tmux 2.9")
