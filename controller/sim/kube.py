@@ -959,6 +959,11 @@ class KubeEmulator:
         p = _parse_path(raw.path)
         if p is None and raw.path.rstrip("/") == "/api/v1":
             return self._serve_core_discovery()  # kmock 0.8 answers groupVersion "/v1" here
+        if p is None and raw.path.rstrip("/") == "/version":  # what `kubectl version` and clients probe
+            return aiohttp.web.json_response({
+                "major": "1", "minor": "33", "gitVersion": "v1.33.0-agentbox-emulator", "gitCommit": "0" * 40,
+                "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.0",
+                "compiler": "gc", "platform": "linux/amd64"})
         if p is None:  # discovery: kmock's scaffold
             response = await self.discovery(raw)
             self.discovery._requests.clear()  # no history: kmock matches against it (quadratic)
