@@ -850,6 +850,27 @@ class KubeEmulator:
             "containerStatuses": statuses,
         }})
 
+    async def evict_pod(self, namespace: str, name: str,
+                        message: str = "The node was low on resource: memory.") -> JsonObj:
+        """Play the kubelet evicting a Pod: its containers are killed (what ran in the pod is released) and
+        the Pod stays stored with ``phase: Failed``, ``reason: Evicted``, as on a real node."""
+        pod = self._store.get((self._pod_res, namespace, name)) or {}
+        release = getattr(self.exec_handler, "release", None)
+        if callable(release):
+            release(namespace, name)
+        now = _now()
+        statuses = [{"name": c.get("name"), "image": c.get("image"), "imageID": f"emulated://{c.get('image')}",
+                     "ready": False, "started": False,
+                     "restartCount": 0, "state": {"terminated": {
+                         "exitCode": 137, "reason": "ContainerStatusUnknown", "finishedAt": now,
+                         "message": "The container could not be located when the pod was terminated"}}}
+                    for c in (pod.get("spec") or {}).get("containers") or []]
+        return await self.patch_object(self._pod_res, namespace, name, {"status": {
+            "phase": "Failed", "reason": "Evicted", "message": message,
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
+            "containerStatuses": statuses,
+        }})
+
     async def wait_for(
         self,
         resource: str | kmock.resource,
