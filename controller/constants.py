@@ -32,11 +32,15 @@ ANNOTATION_CANCEL_RESUME = f"{GROUP}/cancel-resume"  # "true": keep tabs as they
 # tmux layout inside the box pod: one session, one tab (tmux window) per agent.
 TMUX_SESSION = "agentbox"
 
+# On the box pod: digest of the spec.template it was built from (controller.domain.podheal.template_hash).
+ANNOTATION_TEMPLATE_HASH = f"{GROUP}/template-hash"
+
 # Where the box credentials Secret is mounted in every container of the box pod.
 CREDENTIALS_MOUNT_PATH = "/var/run/agentbox/credentials"
 CREDENTIALS_VOLUME = "agentbox-credentials"
 
 # Condition types. Polarity: Ready True = good; the others True = something to look at.
+COND_POD_OUT_OF_DATE = "PodOutOfDate"    # True: the pod was built from an older spec.template (see spec.podUpdate)
 COND_READY = "Ready"                    # True: pod and credentials in place, tabs watched
 COND_RATE_LIMITED = "RateLimited"       # True: at least one tab waits for a usage reset
 COND_NEEDS_ATTENTION = "NeedsAttention"  # True: a tab needs a human (see message)
@@ -59,6 +63,11 @@ R_POD_PENDING = "PodPending"              # Ready False: no pod yet, or its phas
 R_CONTAINER_WAITING = "ContainerWaiting"  # Ready False: the box container waits (message: CrashLoopBackOff, ...)
 R_CONTAINER_TERMINATED = "ContainerTerminated"  # Ready False: the box container ended for good
 R_CHECKING_SESSION = "CheckingSession"    # Ready False: container running, tmux session not checked yet
+R_POD_MISSING = "PodMissing"              # Ready False: the box pod is gone; it is being recreated
+R_POD_FAILED = "PodFailed"                # Ready False: the box pod ended (evicted, failed); it is being replaced
+R_POD_TERMINATING = "PodTerminating"      # Ready False: the box pod is being deleted; a new one follows
+R_TEMPLATE_CHANGED = "TemplateChanged"    # PodOutOfDate True: the pod predates the current spec.template
+R_UP_TO_DATE = "UpToDate"                 # PodOutOfDate False
 R_SESSION_MISSING = "SessionMissing"      # Ready False: container running, no tmux session `agentbox`
 R_POLICY_VIOLATION = "PolicyViolation"  # Ready False: spec.template breaks the box policy; no pod is created
 R_WAITING_FOR_RESET = "WaitingForReset"

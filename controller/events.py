@@ -118,6 +118,11 @@ class Recorder:
         refresh_s: shortest period between two writes of one Event's count (seconds).
         quiet_s: an Event silent this long is a new episode: the webhook is called again (seconds).
         max_events: Events remembered; the least recently seen are forgotten first.
+        burst, refill_s: a new Event (or a re-announced one) per object spends a token of that object's
+            bucket of ``burst`` tokens, refilled one per ``refill_s`` seconds; without a token it is not
+            posted (metric result "limited"). As the Kubernetes EventRecorder's spam filter: a box
+            whose messages change every pass (tab names it renames, many tabs) cannot flood the API
+            server, the webhook, or the one queue every other object's Events wait in.
     """
 
     store: EventStore | None
@@ -126,6 +131,10 @@ class Recorder:
     refresh_s: float = 60.0
     quiet_s: float = 600.0
     max_events: int = 10000
+    burst: int = 50
+    refill_s: float = 6.0
+    _buckets: OrderedDict[str, tuple[float, datetime]] = field(default_factory=OrderedDict, init=False)
+    _limited: set[str] = field(default_factory=set, init=False)
     _seen: OrderedDict[tuple[str, str, str, str], _Seen] = field(default_factory=OrderedDict, init=False)
     _queue: asyncio.Queue[Callable[[], Any]] | None = field(default=None, init=False)
     _worker: asyncio.Task[None] | None = field(default=None, init=False)
@@ -155,13 +164,16 @@ class Recorder:
             quiet = (now - seen.last).total_seconds() >= self.quiet_s
             seen.count += 1
             seen.last = now
-            if quiet:
+            if quiet and self._spend(key[0], now):
                 self._cancel_flush(seen)
                 self._enqueue(lambda s=seen, c=seen.count, t=now: self._write_count(s, c, t))
                 self._fan_out(ref, type_, reason, message, "posted")
                 return True
             metrics.EVENTS.labels(type_, reason, "repeated").inc()
             self._schedule_flush(seen, now)
+            return False
+        if not self._spend(key[0], now):
+            metrics.EVENTS.labels(type_, reason, "limited").inc()
             return False
         name = event_name(ref, type_, reason, message)
         seen = _Seen(name, ref.namespace, 1, 0, now, now, now)
@@ -179,6 +191,23 @@ class Recorder:
         self._enqueue(lambda s=seen, b=body: self._create(s, b))
         self._fan_out(ref, type_, reason, message, "posted")
         return True
+
+    def _spend(self, owner: str, now: datetime) -> bool:
+        """Take one token of ``owner``'s bucket; False when it is empty (see ``burst``)."""
+        tokens, at = self._buckets.pop(owner, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + max(0.0, (now - at).total_seconds()) / self.refill_s)
+        ok = tokens >= 1.0
+        if ok:
+            tokens -= 1.0
+        elif owner not in self._limited:
+            self._limited.add(owner)
+            log.warning("Events of %s are rate-limited (more than %d new Events in a burst)", owner, self.burst)
+        if ok:
+            self._limited.discard(owner)
+        self._buckets[owner] = (tokens, now)
+        while len(self._buckets) > self.max_events:
+            self._limited.discard(self._buckets.popitem(last=False)[0])
+        return ok
 
     def forget(self, ref: ObjectRef) -> None:
         """Drop what is remembered about an object's Events (it was deleted)."""

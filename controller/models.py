@@ -149,6 +149,11 @@ class AgentBoxSpec(_Model):
     time_zone: str | None = Field(None, max_length=64, description="IANA zone of the box's clock, for limit lines that print no zone (default: the container's TZ, else UTC).")
     container: str | None = Field(None, max_length=63, description="Container running tmux (default: the first container).")
     template: dict[str, Any] = Field(description="Pod template (metadata, spec) of the box pod.")
+    pod_update: Literal["OnDelete", "WhenIdle"] = Field(
+        "OnDelete", description="How a changed spec.template reaches the pod (condition PodOutOfDate meanwhile): "
+                                "OnDelete: the next pod made after the current one is deleted or evicted; WhenIdle: "
+                                "the pod is recreated once no tab is working (every tab idle at its prompt or at a "
+                                "shell, no action in progress, no human typing).")
 
     @field_validator("time_zone")
     @classmethod

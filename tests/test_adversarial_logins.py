@@ -176,3 +176,37 @@ async def test_adopted_login_takes_only_what_the_provider_confirmed(world: World
     await eventually(lambda: sub_status(world).get("state") == "Disconnected"
                      or world.provider.token_valid(secret_login().access_token), 20,
                      what="Disconnected or a valid login in the Secret")
+
+
+def plant_hostile(path, how: str) -> None:
+    """Replace a box's login file with something hostile."""
+    import os
+
+    path.unlink(missing_ok=True)
+    if how == "nested":  # 100,000 brackets: RecursionError in Python's JSON decoder, not ValueError
+        path.write_text("[" * 100_000)
+    elif how == "dev-zero":  # an endless file
+        path.symlink_to("/dev/zero")
+    elif how == "fifo":  # a read that never ends (no writer)
+        os.mkfifo(path)
+    elif how == "huge":  # 4 MiB, past the read cap, starting like a login file
+        path.write_text('{"claudeAiOauth": {"accessToken": "' + "x" * (4 << 20) + '"}}')
+
+
+@pytest.mark.parametrize("provider,how", [("anthropic", "nested"), ("openai", "nested"), ("anthropic", "dev-zero"),
+                                          ("anthropic", "fifo"), ("anthropic", "huge")])
+@pytest.mark.timeout(90)
+async def test_hostile_login_file_in_a_box_does_not_stop_the_keeper(world: World, provider: str, how: str):
+    """A box replaces its login file with deeply nested JSON, a symlink to /dev/zero, a FIFO or a
+    4 MiB file. The keeper reads every box back before each refresh, so the Subscription's refreshes
+    must go on for the other box (before: the nested file made every tick fail with RecursionError)."""
+    settings(world)
+    await two_boxes(world, provider)
+    await eventually(lambda: any(r.status == 200 for r in world.provider.refreshes), 20, what="a first refresh")
+    plant_hostile(world.pod_dir("attacker") / REL[provider], how)
+    start = sum(r.status == 200 for r in world.provider.refreshes)
+    await eventually(lambda: sum(r.status == 200 for r in world.provider.refreshes) >= start + 2, 30,
+                     what="two more refreshes with the nested file in place")
+    victim = parse_login(provider, world.login_file("victim", AGENT[provider]) or "")
+    assert world.provider.token_valid(victim.access_token)
+    assert sub_status(world).get("state") == "Available"

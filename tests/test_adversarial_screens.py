@@ -4,6 +4,7 @@ other boxes. Run against the real operator in the emulated world (real tmux)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import sys
 import time
@@ -55,3 +56,38 @@ async def test_one_long_screen_line_does_not_stall_other_boxes(world: World, uni
     await eventually(sent, reset - time.time() + 60, what="the healthy box resumed")
     late = sent() - reset
     assert late < 10.0, f"the healthy box was resumed {late:.1f} s after its reset (the flood box stalled the loop)"
+
+
+# 30 tabs showing a limit banner, renamed every second: each new name is a new tab to the controller,
+# and each LimitDetected message names the tab, so deduplication by message never folds them.
+RENAMER = r'''
+import random, subprocess, time
+for i in range(30):
+    subprocess.run(["tmux", "new-window", "-d", "-n", f"t{i}", "sh", "-c",
+                    "printf 'Usage limit reached \u2219 resets 11:59pm\\n'; sleep 3600"])
+while True:
+    for w in subprocess.run(["tmux", "list-windows", "-F", "#{window_id}"], capture_output=True,
+                            text=True).stdout.split()[1:]:
+        subprocess.run(["tmux", "rename-window", "-t", w, f"n{random.randrange(10**9)}"])
+    time.sleep(1)
+'''
+
+
+@pytest.mark.timeout(120)
+async def test_a_box_that_renames_its_tabs_cannot_flood_events(world: World):
+    """Before: 780 LimitDetected Events in 30 s from one box. Events of one object are rate-limited
+    like the Kubernetes EventRecorder's spam filter (a burst, then one per `refill_s`)."""
+    world.start_operator()
+    world.provider.add_login("tok-storm", "acct-storm")
+    await world.add_secret("login-storm", "credentials.json", claude_login("tok-storm"))
+    await world.add_subscription("s-storm", "anthropic", "login-storm", "credentials.json")
+    await world.add_box("storm", "claude-code", "s-storm")
+    await world.run_pod("storm", [TabSpec("main", [sys.executable, "-c", RENAMER])])
+    await eventually(lambda: sum(e["reason"] == "LimitDetected" for e in world.events("storm")) >= 20, 30,
+                     what="the renamed tabs detected")
+    t0 = time.time()
+    await asyncio.sleep(20.0)
+    elapsed = time.time() - t0 + 30.0  # the whole run, generously
+    posted = len(world.events("storm"))
+    budget = 50 + elapsed / 6.0 + 2  # Recorder.burst, Recorder.refill_s
+    assert posted <= budget, f"{posted} Events from one box (at most {budget:.0f} allowed)"

@@ -53,3 +53,27 @@ async def test_a_huge_structured_file_counts_as_no_data(agent: str, good: str):
     usage, _ = await read_structured(exec_fn, agent, NOW)
     assert usage is None
     assert all("head -c 65537" in " ".join(argv) for argv in calls), "every read is cut in the box too"
+
+
+class _Trickle:
+    """A response body that arrives a few bytes per read (as over a slow or chunked connection)."""
+
+    def __init__(self, body: bytes, per_read: int = 3) -> None:
+        self.body, self.per_read = body, per_read
+
+    async def read(self, n: int = -1) -> bytes:
+        take = min(n, self.per_read) if n >= 0 else len(self.body)
+        out, self.body = self.body[:take], self.body[take:]
+        return out
+
+
+@pytest.mark.parametrize("size,limit,want", [(100, 1000, 100), (1000, 1000, 1000), (5000, 1000, 1001), (0, 10, 0)])
+async def test_provider_answers_are_read_whole_up_to_the_cap(size: int, limit: int, want: int):
+    """`StreamReader.read(n)` returns fewer than n bytes whenever the body comes in pieces: a token
+    answer cut at its first chunk would be "not JSON" (a spent refresh token counted lost). The capped
+    read goes on to the cap, and stops one byte past it."""
+    from controller.providers.bounded import read_capped
+
+    body = bytes(range(256)) * (size // 256 + 1)
+    got = await read_capped(_Trickle(body[:size]), limit)
+    assert len(got) == want and got == body[:want]

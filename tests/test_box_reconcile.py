@@ -104,7 +104,11 @@ async def test_good_box_gets_secret_pod_and_status(world: World):
     p = pod(world, "box-a")
     assert_owned_by(p, box)
     assert p["metadata"]["labels"] == {"team": "infra", **our_labels("box-a")}
-    assert p["metadata"]["annotations"] == {"note": "kept"}
+    from controller.domain.podheal import template_hash
+
+    # The template's own annotations are kept; the controller adds the digest of the template it built from.
+    assert p["metadata"]["annotations"] == {"note": "kept",
+                                            C.ANNOTATION_TEMPLATE_HASH: template_hash(box["spec"]["template"])}
     volumes = {v["name"]: v for v in p["spec"]["volumes"]}
     assert volumes["work"] == {"name": "work", "emptyDir": {}}
     assert volumes[C.CREDENTIALS_VOLUME]["secret"]["secretName"] == "box-a-credentials"

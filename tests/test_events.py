@@ -218,3 +218,18 @@ def test_log_records_are_redacted_and_bounded(caplog: pytest.LogCaptureFixture):
     assert "sk-ant-ort01" not in caplog.text and "invalid_grant" in caplog.text
     assert len(caplog.records[1].getMessage()) <= LOG_MESSAGE_MAX
 
+
+
+async def test_new_events_of_one_object_are_rate_limited_and_others_are_not():
+    """A box whose messages change every pass (tab names it renames) gets a burst of new Events,
+    then one per `refill_s`; another object's Events and webhook calls are not held back."""
+    store, hook, clock = Store(), Notifier(), Clock()
+    rec = Recorder(store, hook, clock, burst=5, refill_s=10.0)
+    posted = [rec.post(BOX, "Normal", "Resumed", f"Tab n{i}: sent continue") for i in range(20)]
+    assert posted == [True] * 5 + [False] * 15
+    assert rec.post(OTHER, "Normal", "Resumed", "Tab main: sent continue")
+    clock.now += timedelta(seconds=25)  # two tokens back
+    assert [rec.post(BOX, "Normal", "Resumed", f"Tab m{i}: sent continue") for i in range(3)] == [True, True, False]
+    await drain(rec)
+    assert len(store.events) == 8 and len([s for s in hook.sent if s[2] == "box-a"]) == 7
+    await rec.aclose()

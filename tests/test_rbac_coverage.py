@@ -1,6 +1,6 @@
 """RBAC coverage: the emulated API server checks no permissions, so this test does. It plays a box's life
 with the real operator (subscription and login Secret, box, pod started by the "kubelet", a usage limit
-detected and resumed, a tampered credentials Secret repaired, deletion), maps every request the operator
+detected and resumed, a tampered credentials Secret repaired, the pod evicted and replaced, deletion), maps every request the operator
 made (the emulator's journal) to (apiGroup, resource[/subresource], verb, namespace), and asserts that
 
 * the chart's rendered RBAC (cluster-wide mode, and the namespaced mode) allows each of them, and
@@ -162,6 +162,13 @@ async def play_a_box_life(world: World) -> None:
         await world.patch(world.box_path("box-a"), {"metadata": {"annotations": {"example.com/touched": "1"}}})
         await eventually(lambda: world.box_secret("box-a").get("credentials.json") == claude_login("tok-a"), 20,
                          what="the box credentials Secret repaired")
+
+        # The node evicts the box pod: the operator deletes it (uid precondition) and creates a new one.
+        def pod_uid() -> str | None:
+            return ((world.kube.get("v1/pods", world.namespace, "box-a") or {}).get("metadata") or {}).get("uid")
+        evicted = pod_uid()
+        await world.kube.evict_pod(world.namespace, "box-a")
+        await eventually(lambda: pod_uid() not in (None, evicted), 20, what="the evicted pod replaced")
 
         # Deletion: kopf releases its finalizers; the emulator's garbage collector removes the children.
         for path in (world.box_path("box-a"),

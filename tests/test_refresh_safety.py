@@ -168,10 +168,12 @@ def test_valid_expires_in(raw: str, secs: float):
 
 @pytest.mark.component
 @pytest.mark.timeout(60)
-async def test_expires_in_1e999_from_the_provider_keeps_the_login(world: World):
-    """Before: the overflow threw the new tokens away and the retry reused the spent token."""
+@pytest.mark.parametrize("raw", ["1e999", "1" + "0" * 400])
+async def test_expires_in_1e999_from_the_provider_keeps_the_login(world: World, raw: str):
+    """Before: the overflow threw the new tokens away and the retry reused the spent token (a
+    400-digit integer, which float() cannot hold, raised OverflowError out of the keeper's tick)."""
     settings(world)
-    world.provider.override_next_token_answer("expires_in", "1e999")
+    world.provider.override_next_token_answer("expires_in", raw)
     text = await setup(world, ttl=6.0, boxes=1)
     first = parse_login("anthropic", text)
     await eventually(lambda: any(e["reason"] == "TokenAnswerInvalid" for e in world.events("shared")), 20,
@@ -185,7 +187,7 @@ async def test_expires_in_1e999_from_the_provider_keeps_the_login(world: World):
     assert world.provider.token_valid(secret.access_token)
     assert secret.expires_at is not None and secret.expires_at.timestamp() - time.time() < 3700
     event = next(e for e in world.events("shared") if e["reason"] == "TokenAnswerInvalid")
-    assert "expires_in" in event["message"] and "1e999" not in event["message"]
+    assert "expires_in" in event["message"] and raw not in event["message"]
     assert token_fingerprint(parse_login("anthropic", world.login_file("box0") or "").access_token) == \
         newest.new_access_fp
 
@@ -257,3 +259,20 @@ def test_retry_after_is_shared():
     assert readers._retry_after("Thu, 01 Jan 2026 01:00:00 GMT", now) == 3600.0
     assert notify._retry_after("7") == 7.0
     assert C  # constants importable alongside (no cycle)
+
+
+@pytest.mark.component
+@pytest.mark.timeout(60)
+async def test_deeply_nested_token_answer_never_reuses_the_spent_token(world: World):
+    """A 200 token answer with 100,000 nested brackets in one field: Python's JSON decoder raises
+    RecursionError (not ValueError). The provider spent the refresh token; the keeper must treat the
+    answer as lost, never send the token again (a second use revokes every copy)."""
+    settings(world)
+    world.provider.override_next_token_answer("scope", "[" * 100_000 + "]" * 100_000)
+    text = await setup(world, ttl=6.0, boxes=1)
+    first = parse_login("anthropic", text)
+    await eventually(lambda: cond(world, "LoginRefreshed").get("reason") == "RefreshAnswerLost", 20,
+                     what="the unusable answer treated as lost")
+    await asyncio.sleep(2.0)
+    assert uses_of(world, first.refresh_token or "") == 1, world.provider.refreshes
+    assert all(r.outcome in ("ok", "lost") for r in world.provider.refreshes), world.provider.refreshes

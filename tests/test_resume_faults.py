@@ -155,3 +155,23 @@ async def test_a_human_draft_after_a_kill_is_left_intact(world: World):
     assert "fix the parser and" in world.screen("box-a", "main")
     assert submits(world, "box-a", "main") == []
     assert "journal" not in tab_status(world, "box-a", "main")
+
+
+async def test_restarted_after_the_deadline_acts_in_its_first_pass(world: World):
+    """The controller is down across the reset; the restarted one finds the due deadline in status and
+    sends the continue in its very first pass (no scan interval first)."""
+    world.start_operator()
+    reset = await claude_box(world, 6.0)
+    await eventually(lambda: tab_status(world, "box-a", "main").get("resumeAt"), 20, what="resumeAt in status")
+    await world.stop_operator()
+    await eventually(lambda: time.time() > reset + world.settings.resume_margin_s + 2, 30, what="the deadline passed")
+    assert submits(world, "box-a", "main") == []
+    first = len(world.kube.exec_journal)
+    world.start_operator()
+    await eventually(lambda: submits(world, "box-a", "main"), 30, what="continue after the restart")
+    calls = [r.argv for r in world.kube.exec_journal[first:]]
+    typed_at = next(i for i, argv in enumerate(calls) if typed("continue")(list(argv)))
+    scans = [argv for argv in calls[:typed_at] if "list-windows" in argv]
+    assert len(scans) == 1, f"the continue was typed in the first pass, not after {len(scans)} scans"
+    await asyncio.sleep(world.settings.settle_s + 2)
+    assert submits(world, "box-a", "main") == ["continue"]

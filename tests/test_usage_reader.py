@@ -388,3 +388,28 @@ def test_cli_bad_login_exit_2(tmp_path, capsys):
 def test_cli_login_file_parses_with_parse_login():
     assert parse_login("anthropic", login_file("anthropic")).access_token == ANTHROPIC_TOKEN
     assert parse_login("openai", login_file("openai")).account_id == OPENAI_ACCOUNT
+
+
+async def test_oversized_body_is_a_read_error_not_parsed(emu, reader):
+    """A usage answer is about 1 KiB; one of 8 MiB (a valid payload with padding) is refused unread
+    beyond the cap instead of being loaded whole into the controller."""
+    from controller.providers.readers import MAX_USAGE_ANSWER
+
+    emu.set_usage("claude-acct", {"five_hour": {"utilization": 10, "resets_at": None}, "padding": "x" * (8 << 20)})
+    with pytest.raises(UsageReadError) as ei:
+        await reader.read("anthropic", login_for("anthropic"), Clock())
+    assert f"larger than {MAX_USAGE_ANSWER} bytes" in str(ei.value)
+
+
+@pytest.mark.parametrize("provider,payload", [
+    ("anthropic", {"five_hour": {"utilization": 10 ** 400, "resets_at": None}}),
+    ("openai", {"rate_limit": {"primary_window": {"used_percent": 5, "reset_at": 10 ** 400,
+                                                  "limit_window_seconds": 18000}}}),
+])
+async def test_a_400_digit_number_is_a_read_error_not_a_crash(emu, reader, provider: str, payload: dict):
+    """JSON integers have no size limit; Python's `math.isfinite(10**400)` raises OverflowError. The
+    answer is malformed (UsageReadError naming the field), never an exception that fails the pass."""
+    emu.set_usage("claude-acct" if provider == "anthropic" else OPENAI_ACCOUNT, payload)
+    with pytest.raises(UsageReadError) as ei:
+        await reader.read(provider, login_for(provider), Clock())
+    assert "malformed" in str(ei.value)

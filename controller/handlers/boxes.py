@@ -46,6 +46,17 @@ async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         event.set()
 
 
+@kopf.on.event("", "v1", "pods", id="box-pod-changed", labels={C.LABEL_BOX: kopf.PRESENT,
+                                                                  C.LABEL_MANAGED_BY: C.MANAGER_NAME},
+               registry=REGISTRY)
+async def box_pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A box pod was deleted, evicted or changed phase: wake its box's tab watcher now (it heals the pod
+    and updates Ready), instead of at its next scan. Only wakes; never acts on the pod itself."""
+    box = (body.metadata.labels or {}).get(C.LABEL_BOX)
+    if box:
+        memo.runtime.wakeup(body.metadata.namespace, box).set()
+
+
 @kopf.daemon(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="watch-tabs", cancellation_timeout=5.0, registry=REGISTRY)
 async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
                      logger: logging.Logger, **_: Any) -> None:

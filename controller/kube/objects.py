@@ -259,6 +259,18 @@ class Kube:
             raise
         return self.api_client.sanitize_for_serialization(pod)
 
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete the pod `name` only if it is still the object with `uid` (a precondition: a pod re-created
+        meanwhile under the same name is never deleted). Returns False when it is already gone or replaced."""
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        try:
+            await asyncio.to_thread(self.core.delete_namespaced_pod, name, namespace, body=body)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
     async def ensure_pod(self, pod: dict[str, Any]) -> str:
         """Create the pod unless it exists (pods are immutable; a changed template needs a
         recreate, which the controller leaves to the user). Returns created|exists.

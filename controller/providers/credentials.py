@@ -102,8 +102,9 @@ def parse_login(provider: str, text: str) -> Login:
             raise InvalidLogin("not valid UTF-8") from None
     try:
         data = json.loads(text)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         # `from None`: JSONDecodeError keeps the whole document (tokens included) in `.doc`.
+        # RecursionError: deeply nested brackets (a box's file is untrusted).
         raise InvalidLogin("not valid JSON") from None
     if not isinstance(data, dict):
         raise InvalidLogin("not a JSON object")
@@ -168,7 +169,7 @@ def _jwt_claims(token: str | None) -> dict[str, Any]:
     try:
         raw = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
         claims = json.loads(raw)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return {}
     return claims if isinstance(claims, dict) else {}
 

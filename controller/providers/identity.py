@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from controller.providers.bounded import read_capped
 from controller.providers.credentials import Login
 
 __all__ = ["IdentityRefused", "IdentityUnavailable", "account_identity"]
@@ -59,7 +60,7 @@ async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]
         async with session.get(url, headers=headers, allow_redirects=False,
                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             status = resp.status
-            raw = await resp.content.read(MAX_BODY + 1)
+            raw = await read_capped(resp.content, MAX_BODY)
     except (asyncio.TimeoutError, aiohttp.ClientError):
         raise IdentityUnavailable(f"{provider} identity check failed: no answer ({_where(url)})") from None
     if status in (401, 403):
@@ -70,7 +71,7 @@ async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]
         raise IdentityUnavailable(f"{provider} identity answer too large ({_where(url)})")
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise IdentityUnavailable(f"{provider} identity answer is not JSON ({_where(url)})") from None
     if not isinstance(body, dict):
         raise IdentityUnavailable(f"{provider} identity answer is not an object ({_where(url)})")

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from controller.providers.bounded import read_capped
 from controller.providers.credentials import InvalidLogin, Login, parse_login
 
 __all__ = [
@@ -98,6 +99,8 @@ def _expires_in(value: Any) -> float | None:
         value = int(value.strip())
     if not isinstance(value, (int, float)):
         return None
+    if isinstance(value, int) and not -MAX_EXPIRES_IN_S <= value <= MAX_EXPIRES_IN_S:
+        return None  # a 400-digit JSON integer: float() would raise OverflowError
     secs = float(value)
     if not math.isfinite(secs) or secs < 1 or secs > MAX_EXPIRES_IN_S:
         return None
@@ -195,7 +198,7 @@ async def refresh_login(session: aiohttp.ClientSession, provider: str, text: str
                                 timeout=timeout, allow_redirects=False) as resp:
             status = resp.status
             retry_after = parse_retry_after(resp.headers.get("Retry-After"), now)
-            raw = await resp.content.read(_MAX_ANSWER + 1)
+            raw = await read_capped(resp.content, _MAX_ANSWER)
     except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
         # Never connected: the request did not reach the provider, the token is not spent.
         raise RefreshUnavailable(f"{provider} token endpoint not reached: {type(exc).__name__} ({where})") from None
@@ -211,7 +214,7 @@ async def refresh_login(session: aiohttp.ClientSession, provider: str, text: str
         raise RefreshUnavailable(f"{provider} token refresh failed: HTTP {status} ({where})", status, retry_after)
     try:
         answer = json.loads(raw) if len(raw) <= _MAX_ANSWER else None
-    except ValueError:
+    except (ValueError, RecursionError):
         answer = None
     if not isinstance(answer, dict):
         raise RefreshLost(f"{provider} token endpoint answered 200 without a JSON object ({where})", status)
@@ -231,7 +234,7 @@ def _error_code(raw: bytes) -> str:
     Never the provider's text: it ends up in Events and status."""
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     if not isinstance(body, dict):
         return ""

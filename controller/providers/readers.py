@@ -15,6 +15,7 @@ query strings — and exceptions are raised ``from None`` so no aiohttp request 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from controller import __version__
 from controller.domain.types import Usage
+from controller.providers.bounded import read_capped
 from controller.providers.retry_after import parse_retry_after
 from controller.providers.credentials import Login
 from controller.providers.parse import UsageParseError, parse_anthropic_usage, parse_openai_usage
@@ -50,6 +52,9 @@ DEFAULT_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 DEFAULT_OPENAI_BASE_URL = "https://chatgpt.com"
 ANTHROPIC_USAGE_PATH = "/api/oauth/usage"
 OPENAI_USAGE_PATH = "/backend-api/wham/usage"
+MAX_USAGE_ANSWER = 262144
+"""Longest usage answer read (bytes; the real ones are about 1 KiB): a larger one is a read error and is
+not parsed, so a provider (or whatever answers at its address) cannot grow the controller."""
 ANTHROPIC_BETA = "oauth-2025-04-20"
 # The OAuth usage endpoint wants a Claude Code User-Agent (Maciek-roboblog/Claude-Code-Usage-Monitor#202).
 DEFAULT_ANTHROPIC_USER_AGENT = "claude-code/2.1.328"
@@ -255,9 +260,15 @@ class UsageReader:
                 status = resp.status
                 retry_after = resp.headers.get("Retry-After")
                 if status == 200:
+                    raw = await read_capped(resp.content, MAX_USAGE_ANSWER)
+                    if len(raw) > MAX_USAGE_ANSWER:
+                        raise UsageReadError(
+                            f"{provider} usage response from {ep.where} is larger than {MAX_USAGE_ANSWER} bytes",
+                            provider=provider, status=200,
+                        )
                     try:
-                        body = await resp.json(content_type=None)
-                    except (ValueError, aiohttp.ContentTypeError):
+                        body = json.loads(raw)
+                    except (ValueError, RecursionError):
                         raise UsageReadError(
                             f"{provider} usage response from {ep.where} is not JSON", provider=provider, status=200
                         ) from None

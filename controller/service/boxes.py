@@ -179,6 +179,9 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
     except TemplateError as exc:
         return _fail(body, rt, C.R_INVALID_SPEC, str(exc), retry=None)
 
+    from controller.domain.podheal import template_hash
+
+    pod["metadata"].setdefault("annotations", {})[C.ANNOTATION_TEMPLATE_HASH] = template_hash(spec.template)
     events: list[tuple[str, str, str]] = []
     try:
         if login_text is not None:

@@ -101,7 +101,7 @@ def transcript_usage(line: str, read_at: datetime) -> Usage | None:
         if not isinstance(info, dict):
             return None
         limited, window = parse_rate_limit_event({"type": "rate_limit_event", "rate_limit_info": info})
-    except (ValueError, AttributeError, UsageParseError):
+    except (ValueError, AttributeError, RecursionError, UsageParseError):
         return None
     if not limited:
         return None

@@ -37,6 +37,7 @@ from controller.runtime import Runtime
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
 from controller.terminal.stream import BoxStream, StreamTerminal
 from controller.terminal.tmux import has_session_argv as tmux_has_session_argv
+from controller.domain.podheal import decide_pod, template_hash
 from controller.domain.podstate import ContainerView, box_container_view
 
 log = logging.getLogger("agentbox.tabs")
@@ -179,6 +180,7 @@ class BoxWatcher:
         self._body: dict[str, Any] = {}
         self._spec: AgentBoxSpec | None = None
         self._status_lock = asyncio.Lock()   # status snapshots reach the API server in the order taken
+        self._out_of_date: str | None = None  # PodOutOfDate message while the pod predates spec.template
 
     async def aclose(self) -> None:
         """Detach the live tmux stream (the watcher stops)."""
@@ -202,6 +204,9 @@ class BoxWatcher:
             await self._not_owned(body, NotOwned("Pod", pod_name(self.name), self.name))
             return s.scan_interval_s
         self._squatter = None
+        healing = await self._heal(body, spec, pod)
+        if healing is not None:
+            return healing
         container = box_container((pod or {}).get("spec") or {}, spec.container) if pod else None
         view = box_container_view(pod, pod_name(self.name), container)
         if spec.agent not in C.SUPPORTED_SUBSCRIPTION_AGENTS or not spec.subscription:
@@ -934,7 +939,7 @@ class BoxWatcher:
         self.post_event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
         return TabPlan(replace(rec, journal=None, phase=Phase.NEEDS_ATTENTION, message=f"{how}; a human should look"))
 
-    _READY_REASONS = (C.R_RECONCILED, C.R_POD_PENDING, C.R_CONTAINER_WAITING, C.R_CONTAINER_TERMINATED,
+    _READY_REASONS = (C.R_RECONCILED, C.R_POD_PENDING, C.R_POD_MISSING, C.R_POD_FAILED, C.R_POD_TERMINATING, C.R_CONTAINER_WAITING, C.R_CONTAINER_TERMINATED,
                       C.R_CHECKING_SESSION, C.R_SESSION_MISSING)
     """Ready reasons that follow the pod and the session; any other is the reconcile's failure, kept."""
 
@@ -945,6 +950,7 @@ class BoxWatcher:
         ``session``: the session was seen (True), is missing (False), or was not checked (None: the
         condition is left as it is when the container runs).
         """
+        conds = self._pod_date(body, conds)
         current = next((c for c in conds if c.get("type") == C.COND_READY), None)
         if current and current.get("reason") not in self._READY_REASONS:
             return conds
@@ -961,6 +967,75 @@ class BoxWatcher:
         return set_condition(conds, C.COND_READY, True, C.R_RECONCILED,
                              "Pod running; tabs are watched" if watched
                              else "Pod running (limit features are off for this agent)", now, gen)
+
+    def _pod_date(self, body: dict[str, Any], conds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """PodOutOfDate: True while the pod predates spec.template; False once it was set and is current."""
+        gen = (body.get("metadata") or {}).get("generation")
+        if self._out_of_date:
+            return set_condition(conds, C.COND_POD_OUT_OF_DATE, True, C.R_TEMPLATE_CHANGED, self._out_of_date,
+                                 self.rt.clock(), gen)
+        if any(c.get("type") == C.COND_POD_OUT_OF_DATE for c in conds):
+            return set_condition(conds, C.COND_POD_OUT_OF_DATE, False, C.R_UP_TO_DATE,
+                                 "The pod was built from the current spec.template", self.rt.clock(), gen)
+        return conds
+
+    async def _heal(self, body: dict[str, Any], spec: AgentBoxSpec, pod: dict[str, Any] | None) -> float | None:
+        """Recreate a missing pod, replace an ended (evicted, failed) one, recreate an out-of-date one when
+        `spec.podUpdate` allows it (`controller.domain.podheal`). Returns the delay until the next pass when
+        the pod is not usable now (status says why), None when the pass goes on."""
+        s = self.rt.settings
+        meta = body.get("metadata") or {}
+        now = self.rt.clock()
+        records = self.records if self.records is not None else {
+            t["name"]: record_from_status(t) for t in (body.get("status") or {}).get("tabs") or [] if t.get("name")}
+        idle = all(r.phase in (Phase.IDLE, Phase.UNKNOWN) and r.journal is None
+                   and (r.last_input_at is None or (now - r.last_input_at).total_seconds() >= s.human_idle_s)
+                   for r in records.values())
+        name = pod_name(self.name)
+        decision = decide_pod(pod, name, template_hash(spec.template), spec.pod_update, idle,
+                              bool(meta.get("deletionTimestamp")))
+        was = self._out_of_date
+        self._out_of_date = decision.message if decision.out_of_date and decision.action == "none" else None
+        if decision.action == "none" and not decision.reason:
+            if was != self._out_of_date:
+                if self._out_of_date:
+                    self.post_event("Normal", C.R_TEMPLATE_CHANGED, self._out_of_date)
+                await self._flush_conditions(body)
+            return None
+        message = decision.message
+        if decision.action == "delete" and pod is not None:
+            uid = (pod.get("metadata") or {}).get("uid") or ""
+            if await self.rt.kube.delete_pod(self.namespace, name, uid):
+                self.post_event("Warning" if decision.reason == C.R_POD_FAILED else "Normal",
+                                "ReplacingPod" if decision.reason == C.R_POD_FAILED else "RecreatingPod", message)
+        elif decision.action == "create":
+            from controller.service.boxes import reconcile_box
+
+            outcome = await reconcile_box(body, self.rt)
+            for type_, reason, text in outcome.events:
+                self.post_event(type_, reason, text)
+            if any(reason == "CreatedPod" for _, reason, _ in outcome.events):
+                message = f"Pod {name} was missing; created a new one"
+            elif outcome.retry_after:
+                message = outcome.events[-1][2] if outcome.events else message
+        gen = meta.get("generation")
+        conds = list((body.get("status") or {}).get("conditions") or [])
+        current = next((c for c in conds if c.get("type") == C.COND_READY), None)
+        if current is None or current.get("reason") in self._READY_REASONS:
+            conds = set_condition(conds, C.COND_READY, False, decision.reason or C.R_POD_PENDING, message, now, gen)
+        conds = self._pod_date(body, conds)
+        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
+                                        {"conditions": conds, "state": "Pending", "pod": name})
+        self._last_status = None  # the next full status write goes through
+        return min(s.scan_interval_s, 1.0)
+
+    async def _flush_conditions(self, body: dict[str, Any]) -> None:
+        """Write the conditions now (PodOutOfDate changed) without waiting for the pass's status write."""
+        conds = list((body.get("status") or {}).get("conditions") or [])
+        new = self._pod_date(body, conds)
+        if new != conds:
+            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, {"conditions": new})
+            self._last_status = None
 
     async def _session_exists(self, pod: dict[str, Any], container: str) -> bool | None:
         """`tmux has-session` in the box container: True/False, None when exec itself failed."""

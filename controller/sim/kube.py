@@ -651,6 +651,8 @@ class KubeEmulator:
         self._event_log_size = event_log_size
         self._changed = asyncio.Event()
         self._stopping = False
+        self.outage = False  # see set_outage()
+        self._watch_epoch = 0  # bumped by expire_watches(): open watch streams end
         self._exec_tasks: set[asyncio.Future[tuple[bytes, bytes, int]]] = set()
         self._listeners: list[Callable[[kmock.resource, str, JsonObj], None]] = []
         self._runner: aiohttp.web.ServerRunner | None = None
@@ -850,6 +852,27 @@ class KubeEmulator:
             "containerStatuses": statuses,
         }})
 
+    async def evict_pod(self, namespace: str, name: str,
+                        message: str = "The node was low on resource: memory.") -> JsonObj:
+        """Play the kubelet evicting a Pod: its containers are killed (what ran in the pod is released) and
+        the Pod stays stored with ``phase: Failed``, ``reason: Evicted``, as on a real node."""
+        pod = self._store.get((self._pod_res, namespace, name)) or {}
+        release = getattr(self.exec_handler, "release", None)
+        if callable(release):
+            release(namespace, name)
+        now = _now()
+        statuses = [{"name": c.get("name"), "image": c.get("image"), "imageID": f"emulated://{c.get('image')}",
+                     "ready": False, "started": False,
+                     "restartCount": 0, "state": {"terminated": {
+                         "exitCode": 137, "reason": "ContainerStatusUnknown", "finishedAt": now,
+                         "message": "The container could not be located when the pod was terminated"}}}
+                    for c in (pod.get("spec") or {}).get("containers") or []]
+        return await self.patch_object(self._pod_res, namespace, name, {"status": {
+            "phase": "Failed", "reason": "Evicted", "message": message,
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
+            "containerStatuses": statuses,
+        }})
+
     async def wait_for(
         self,
         resource: str | kmock.resource,
@@ -895,10 +918,33 @@ class KubeEmulator:
 
     # ---------------------------------------------------------------------------------- HTTP entry
 
+    def set_outage(self, on: bool) -> None:
+        """API server unreachable (True) or back (False). While out, every request's connection is reset
+        without an answer (as a crashed API server or a cut network looks to a client), open watch streams
+        are cut, and nothing is stored; the state is kept for when it comes back."""
+        self.outage = on
+        if on:
+            self._notify()
+
+    def expire_watches(self) -> None:
+        """Compact the event history (every resourceVersion seen so far becomes too old) and end every open
+        watch stream: a client resuming its watch from its last resourceVersion gets ``410 Gone`` (reason
+        Expired) and must list again, as after an etcd compaction on a real API server."""
+        self._events_floor = self._rv
+        self._events.clear()
+        self._event_rvs.clear()
+        self._watch_epoch += 1
+        self._notify()
+
     async def _serve_http(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         entry = JournalEntry(raw.method, raw.path, raw.query_string,
                              raw.headers.get("Content-Type", ""), None, raw.headers.get("User-Agent", ""))
         self.journal.append(entry)
+        if self.outage:
+            entry.status = 0
+            if raw.transport is not None:
+                raw.transport.abort()
+            return aiohttp.web.Response(status=503)  # never delivered: the connection is gone
         try:
             fault = await self._take_fault(raw)
             if fault is not None:
@@ -938,6 +984,11 @@ class KubeEmulator:
         p = _parse_path(raw.path)
         if p is None and raw.path.rstrip("/") == "/api/v1":
             return self._serve_core_discovery()  # kmock 0.8 answers groupVersion "/v1" here
+        if p is None and raw.path.rstrip("/") == "/version":  # what `kubectl version` and clients probe
+            return aiohttp.web.json_response({
+                "major": "1", "minor": "33", "gitVersion": "v1.33.0-agentbox-emulator", "gitCommit": "0" * 40,
+                "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24.0",
+                "compiler": "gc", "platform": "linux/amd64"})
         if p is None:  # discovery: kmock's scaffold
             response = await self.discovery(raw)
             self.discovery._requests.clear()  # no history: kmock matches against it (quadratic)
@@ -1061,10 +1112,11 @@ class KubeEmulator:
                         "reason": "Expired", "code": 410}}
                     await response.write(json.dumps(gone).encode() + b"\n")
                     return response
-            while not self._stopping:
+            epoch = self._watch_epoch
+            while not self._stopping and not self.outage and epoch == self._watch_epoch:
                 changed = self._changed
                 start = bisect.bisect_right(self._event_rvs, cursor)
-                if start == 0 and cursor < self._events_floor:
+                if cursor < self._events_floor:
                     break  # fell behind the trimmed log: let the client re-list
                 batch = self._events[start:]
                 for rv, r, etype, obj in batch:
@@ -1080,6 +1132,10 @@ class KubeEmulator:
                     await asyncio.wait_for(changed.wait(), remaining)
                 except TimeoutError:
                     break
+            if self.outage:
+                if raw.transport is not None:
+                    raw.transport.abort()
+                return response
             await response.write_eof()
         except (ConnectionError, aiohttp.ClientConnectionResetError):
             pass  # the client went away

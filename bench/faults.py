@@ -1,0 +1,352 @@
+"""Exactly once, whatever dies: the operator as a separate process, SIGKILLed and restarted.
+
+    .venv/bin/python bench/faults.py [--random 50] [--per-step 5] [--lead 15] [--max-restart-delay 10]
+
+Each run builds a fresh emulated world (`controller.sim.world.World`: Kubernetes API emulator with pod exec
+into per-pod tmux servers, provider usage emulator) in this process, and runs the operator as its own OS
+process (`agentbox-controller run`, PR_SET_PDEATHSIG) against it. Two boxes: a Claude Code box with two tabs
+and a Codex box with two tabs (scripted agents, `controller.sim.fake_agent`), all stopped on a 5-hour limit
+whose reset is `--lead` seconds ahead. The operator is killed with SIGKILL
+
+* `random` runs: at a uniformly random instant in [detection (every tab RateLimited in status), reset + 10 s];
+* `step:<name>` runs: at a named step of a multi-step action — the emulator's pods/exec sees the call of that
+  step and SIGKILLs the operator before running it (the step never reached the box) or right after running it
+  (the step happened, the reply is lost);
+
+and restarted after a uniformly random 0-`--max-restart-delay` s. Per tab: the `continue` submits the
+scripted agent logged. exactly once = one submit at or after the reset; lost = none by reset + 60 s; double =
+more than one; early = one before the reset. `restart_to_resume_s`: for tabs whose deadline (reset + margin)
+had passed when the restarted operator was ready (its first AgentBox watch), submit time minus that instant.
+
+Output: one JSON line per run, then ONE final JSON line with runs, tabs, exactly_once_pct, lost, double,
+early, failover_s (null: two-replica failover is not measured here), restart_to_resume_p50_s/p99_s, per-point
+figures. Exit status 1 when any tab was not resumed exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import json
+import math
+import os
+import pathlib
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from controller import constants as C  # noqa: E402
+from controller.settings import Settings  # noqa: E402
+from controller.sim.kube import ExecFault  # noqa: E402
+from controller.sim.world import (  # noqa: E402
+    TabSpec, World, claude_login, codex_login, fake_agent_argv, utc_in,
+)
+
+SETTINGS = Settings(
+    scan_interval_s=2.0, resume_margin_s=1.0, human_idle_s=4.0, auto_continue_grace_s=6.0, settle_s=4.0,
+    max_attempts=3, unknown_reset_recheck_s=5.0, send_pause_s=0.15, verify_timeout_s=4.0, restart_timeout_s=15.0,
+    usage_interval_s=30.0, usage_max_age_s=2.0, exec_timeout_s=10.0, metrics_port=0,
+)
+CLAUDE_TABS = ("c1", "c2")
+CODEX_TABS = ("x1", "x2")
+
+
+def typed(text: str) -> Callable[[list[str]], bool]:
+    return lambda argv: "send-keys" in argv and "-l" in argv and text in argv
+
+
+def enter(argv: list[str]) -> bool:
+    return "send-keys" in argv and "Enter" in argv and "-l" not in argv
+
+
+def ctrl_c(argv: list[str]) -> bool:
+    return "send-keys" in argv and "C-c" in argv
+
+
+# name: (pod, match, when, mode, skip)
+STEPS: dict[str, tuple[str, Callable[[list[str]], bool], str, str, int]] = {
+    "claude:before-type": ("box-c", typed("continue"), "before", "drop", 0),
+    "claude:after-type-before-enter": ("box-c", enter, "before", "drop", 0),
+    "claude:right-after-enter": ("box-c", enter, "after", "pass", 0),
+    "codex:between-ctrl-c": ("box-x", ctrl_c, "before", "drop", 1),
+    "codex:after-ctrl-c-before-relaunch": ("box-x", typed("codex resume --last"), "before", "drop", 0),
+    "codex:after-relaunch": ("box-x", typed("codex resume --last"), "after", "pass", 0),
+    "codex:before-continue": ("box-x", typed("continue"), "before", "drop", 0),
+    "codex:after-type-before-enter": ("box-x", enter, "before", "drop", 0),
+    "codex:right-after-enter": ("box-x", enter, "after", "pass", 0),
+}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return round(s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))], 3)
+
+
+def _pdeathsig() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def start_operator(world: World, logfile: pathlib.Path, *extra: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_")}
+    env.update({"KUBECONFIG": str(world.kubeconfig), "PYTHONPATH": str(ROOT)})
+    for key, value in world.settings.model_dump(mode="json").items():
+        if value is not None:
+            env["AGENTBOX_" + key.upper()] = json.dumps(value) if isinstance(value, (list, dict, bool)) else str(value)
+    out = open(logfile, "ab")
+    return subprocess.Popen([sys.executable, "-m", "controller", "run", "--namespace", world.namespace,
+                             "--liveness", "", *extra], env=env, stdout=out, stderr=subprocess.STDOUT,
+                            preexec_fn=_pdeathsig, cwd=str(ROOT))
+
+
+def at(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, timezone.utc)
+
+
+def submits(world: World, pod: str, tab: str) -> list[float]:
+    return [e["t"] for e in world.agent_log(pod, tab) if e["event"] == "submit" and e.get("text") == "continue"]
+
+
+def tab_states(world: World) -> dict[tuple[str, str], str]:
+    out = {}
+    for box in ("box-c", "box-x"):
+        for t in ((world.box(box) or {}).get("status") or {}).get("tabs") or []:
+            out[(box, t["name"])] = t.get("state")
+    return out
+
+
+async def wait(probe: Callable[[], Any], timeout: float, every: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        await asyncio.sleep(every)
+    return None
+
+
+def watch_requests(world: World, since: int) -> int | None:
+    """Index of the first AgentBox watch request at or after `since` (the operator is ready then)."""
+    for i in range(since, len(world.kube.journal)):
+        e = world.kube.journal[i]
+        if e.method == "GET" and e.path.endswith(f"/{C.AGENTBOX_PLURAL}") and "watch=" in e.query:
+            return i
+    return None
+
+
+async def one_run(n: int, point: str, args: argparse.Namespace, rng: random.Random, base: pathlib.Path) -> dict:
+    workdir = base / f"run{n:03d}"
+    logfile = workdir / "operator.log"
+    async with World(workdir, SETTINGS) as world:
+        proc = start_operator(world, logfile)
+        procs = [proc]
+        killed: dict[str, float] = {}
+
+        def kill() -> None:
+            if "t" not in killed:
+                killed["t"] = time.time()
+                os.kill(procs[-1].pid, signal.SIGKILL)
+
+        reset = float(math.ceil(time.time() + args.lead))
+        for acct, tok in (("acct-c", "tok-c"), ("acct-x", "tok-x")):
+            world.provider.add_login(tok, acct)
+            world.provider.set_windows(acct, five_hour=(100.0, at(reset)), weekly=(40.0, utc_in(86400)))
+        await world.add_secret("claude-login", "credentials.json", claude_login("tok-c"))
+        await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
+        await world.add_secret("codex-login", "auth.json", codex_login("tok-x", "acct-x"))
+        await world.add_subscription("codex-a", "openai", "codex-login", "auth.json")
+        await world.add_box("box-c", "claude-code", "claude-a")
+        await world.add_box("box-x", "codex", "codex-a")
+        fault = None
+        if point != "random":
+            pod, match, when, mode, skip = STEPS[point]
+            fault = ExecFault(mode=mode, pod=pod, match=match, when=when, skip=skip, on_match=kill)
+            world.kube.exec_faults.append(fault)
+        await world.run_pod("box-c", [TabSpec(t, fake_agent_argv("claude-code", reset)) for t in CLAUDE_TABS])
+        await world.run_pod("box-x", [TabSpec(t, ["codex"]) for t in CODEX_TABS],
+                            shims={"codex": fake_agent_argv("codex", reset)})
+        tabs = [("box-c", t) for t in CLAUDE_TABS] + [("box-x", t) for t in CODEX_TABS]
+        detected = await wait(lambda: len([s for s in tab_states(world).values() if s == "RateLimited"]) == len(tabs)
+                              and time.time(), args.lead + 20)
+        detected_at = detected or time.time()
+        if point == "random":
+            kill_at = rng.uniform(detected_at, reset + 10)
+            await asyncio.sleep(max(0.0, kill_at - time.time()))
+            kill()
+        else:
+            await wait(lambda: killed, reset + 40 - time.time())
+        delay = rng.uniform(0, args.max_restart_delay)
+        if killed:
+            await asyncio.sleep(delay)
+            since = len(world.kube.journal)
+            restart_at = time.time()
+            procs.append(start_operator(world, logfile))
+            ready_at = None
+            found = await wait(lambda: watch_requests(world, since) is not None, 30, every=0.02)
+            ready_at = time.time() if found else None
+        else:
+            restart_at = ready_at = None
+        await wait(lambda: all(submits(world, p, t) for p, t in tabs), max(5.0, reset + 60 - time.time()))
+        await asyncio.sleep(SETTINGS.settle_s + 3)
+        per_tab = []
+        for p, t in tabs:
+            s = submits(world, p, t)
+            due = reset + SETTINGS.resume_margin_s
+            after_restart = (s[0] - ready_at) if (s and ready_at and due <= ready_at and s[0] >= ready_at) else None
+            per_tab.append({"tab": f"{p}/{t}", "submits": len(s), "early": any(x < reset for x in s),
+                            "latency_s": round(s[0] - reset, 3) if s else None,
+                            "restart_to_resume_s": round(after_restart, 3) if after_restart is not None else None})
+        for pr in procs:
+            if pr.poll() is None:
+                pr.kill()
+            pr.wait()
+        result = {
+            "run": n, "point": point, "killed": bool(killed),
+            "kill_after_reset_s": round(killed["t"] - reset, 3) if killed else None,
+            "restart_delay_s": round(delay, 3) if killed else None,
+            "ready_after_restart_s": round(ready_at - restart_at, 3) if ready_at and restart_at else None,
+            "tabs": per_tab,
+        }
+    if not args.keep and all(t["submits"] == 1 and not t["early"] for t in per_tab):
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+async def failover_run(n: int, args: argparse.Namespace, base: pathlib.Path) -> dict:
+    """Two replicas with --leader-elect; the leader is SIGKILLed `--failover-before` s before the reset (not
+    restarted). failover_s: the kill -> the standby's first AgentBox watch (it acts from then on)."""
+    workdir = base / f"failover{n:03d}"
+    async with World(workdir, SETTINGS) as world:
+        elect = ("--leader-elect", "agentbox-controller", "--lease-namespace", world.namespace,
+                 "--lease-duration", str(args.lease_duration))
+        procs = [start_operator(world, workdir / f"operator{i}.log", *elect) for i in range(2)]
+        reset = float(math.ceil(time.time() + args.lead + 10))
+        for acct, tok in (("acct-c", "tok-c"),):
+            world.provider.add_login(tok, acct)
+            world.provider.set_windows(acct, five_hour=(100.0, at(reset)), weekly=(40.0, utc_in(86400)))
+        await world.add_secret("claude-login", "credentials.json", claude_login("tok-c"))
+        await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
+        await world.add_box("box-c", "claude-code", "claude-a")
+        await world.run_pod("box-c", [TabSpec(t, fake_agent_argv("claude-code", reset)) for t in CLAUDE_TABS],
+                            timeout=40)
+        tabs = [("box-c", t) for t in CLAUDE_TABS]
+
+        def holder() -> str:
+            lease = world.kube.get("coordination.k8s.io/v1/leases", world.namespace, "agentbox-controller") or {}
+            return (lease.get("spec") or {}).get("holderIdentity") or ""
+        await wait(lambda: len([s for s in tab_states(world).values() if s == "RateLimited"]) == len(tabs), 40)
+        await asyncio.sleep(max(0.0, reset - args.failover_before - time.time()))
+        leader_pid = int(holder().rsplit("-", 1)[-1])
+        since = len(world.kube.journal)
+        killed_at = time.time()
+        os.kill(leader_pid, signal.SIGKILL)
+        found = await wait(lambda: watch_requests(world, since) is not None, 60, every=0.05)
+        failover = time.time() - killed_at if found else None
+        new_holder = await wait(lambda: holder() and not holder().endswith(f"-{leader_pid}") and holder(), 60)
+        await wait(lambda: all(submits(world, p, t) for p, t in tabs), max(5.0, reset + 60 - time.time()))
+        await asyncio.sleep(SETTINGS.settle_s + 3)
+        per_tab = [{"tab": f"{p}/{t}", "submits": len(submits(world, p, t)),
+                    "early": any(x < reset for x in submits(world, p, t)),
+                    "latency_s": round(submits(world, p, t)[0] - reset, 3) if submits(world, p, t) else None,
+                    "restart_to_resume_s": None} for p, t in tabs]
+        for pr in procs:
+            if pr.poll() is None:
+                pr.kill()
+            pr.wait()
+    return {"run": n, "point": "failover", "failover_s": round(failover, 3) if failover else None,
+            "new_leader": bool(new_holder), "tabs": per_tab, "ready_after_restart_s": None}
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    rng = random.Random(args.seed)
+    base = pathlib.Path(tempfile.mkdtemp(prefix="faults-", dir=args.workdir))
+    points = [s for s in STEPS for _ in range(args.per_step)] + ["random"] * args.random
+    if args.only:
+        points = [args.only] * args.per_step
+    if args.shuffle:
+        rng.shuffle(points)
+    results = []
+    failovers: list[float] = []
+    for n in range(args.failover):
+        res = await failover_run(n, args, base)
+        results.append(res)
+        if res["failover_s"] is not None:
+            failovers.append(res["failover_s"])
+        ok = sum(t["submits"] == 1 and not t["early"] for t in res["tabs"])
+        log(f"failover run {n}: {ok}/{len(res['tabs'])} exactly once, failover {res['failover_s']} s")
+        print(json.dumps(res), flush=True)
+    for n, point in enumerate(points):
+        started = time.time()
+        res = await one_run(n, point, args, rng, base)
+        results.append(res)
+        ok = sum(t["submits"] == 1 and not t["early"] for t in res["tabs"])
+        log(f"run {n} {point}: {ok}/{len(res['tabs'])} exactly once in {time.time() - started:.0f}s")
+        print(json.dumps(res), flush=True)
+    tabs = [t for r in results for t in r["tabs"]]
+    once = [t for t in tabs if t["submits"] == 1 and not t["early"]]
+    r2r = [t["restart_to_resume_s"] for t in tabs if t["restart_to_resume_s"] is not None]
+    lat = [t["latency_s"] for t in tabs if t["latency_s"] is not None]
+    by_point: dict[str, dict[str, int]] = {}
+    for r in results:
+        d = by_point.setdefault(r["point"], {"runs": 0, "tabs": 0, "exactly_once": 0})
+        if r.get("failover_s") is not None:
+            d["failover_s_max"] = max(d.get("failover_s_max", 0.0), r["failover_s"])
+        d["runs"] += 1
+        d["tabs"] += len(r["tabs"])
+        d["exactly_once"] += sum(t["submits"] == 1 and not t["early"] for t in r["tabs"])
+    summary = {
+        "runs": len(results), "tabs": len(tabs),
+        "exactly_once_pct": round(100.0 * len(once) / len(tabs), 2) if tabs else None,
+        "lost": sum(t["submits"] == 0 for t in tabs), "double": sum(t["submits"] > 1 for t in tabs),
+        "early": sum(t["early"] for t in tabs),
+        "failover_s": max(failovers) if failovers else None,
+        "failover_runs": len(failovers),
+        "restart_to_resume_p50_s": pct(r2r, 50), "restart_to_resume_p99_s": pct(r2r, 99),
+        "restart_to_resume_n": len(r2r),
+        "latency_after_reset_p50_s": pct(lat, 50), "latency_after_reset_p99_s": pct(lat, 99),
+        "ready_after_restart_p50_s": pct([r["ready_after_restart_s"] for r in results
+                                          if r["ready_after_restart_s"] is not None], 50),
+        "by_point": by_point, "workdir": str(base),
+    }
+    print(json.dumps(summary), flush=True)
+    return 0 if len(once) == len(tabs) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--random", type=int, default=50, help="runs killed at a random instant (default 50)")
+    p.add_argument("--per-step", type=int, default=5, help="runs per named step (default 5)")
+    p.add_argument("--lead", type=float, default=15.0, help="seconds from the start to the reset (default 15)")
+    p.add_argument("--max-restart-delay", type=float, default=10.0, help="restart after 0..this many s")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--failover", type=int, default=0, help="two-replica runs (--leader-elect), leader killed")
+    p.add_argument("--failover-before", type=float, default=14.0, help="kill the leader this many s before the reset")
+    p.add_argument("--lease-duration", type=int, default=10, help="--lease-duration of the replicas")
+    p.add_argument("--only", help="run only this named step (e.g. codex:after-relaunch) --per-step times")
+    p.add_argument("--shuffle", action="store_true", help="interleave random and named-step runs")
+    p.add_argument("--keep", action="store_true", help="keep every run's directory (failed runs are kept)")
+    p.add_argument("--workdir", default=str(ROOT / "tmp"), help="where run directories go")
+    args = p.parse_args(argv)
+    pathlib.Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
