@@ -104,7 +104,7 @@ def _pdeathsig() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def start_operator(world: World, logfile: pathlib.Path) -> subprocess.Popen[bytes]:
+def start_operator(world: World, logfile: pathlib.Path, *extra: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_")}
     env.update({"KUBECONFIG": str(world.kubeconfig), "PYTHONPATH": str(ROOT)})
     for key, value in world.settings.model_dump(mode="json").items():
@@ -112,7 +112,7 @@ def start_operator(world: World, logfile: pathlib.Path) -> subprocess.Popen[byte
             env["AGENTBOX_" + key.upper()] = json.dumps(value) if isinstance(value, (list, dict, bool)) else str(value)
     out = open(logfile, "ab")
     return subprocess.Popen([sys.executable, "-m", "controller", "run", "--namespace", world.namespace,
-                             "--liveness", ""], env=env, stdout=out, stderr=subprocess.STDOUT,
+                             "--liveness", "", *extra], env=env, stdout=out, stderr=subprocess.STDOUT,
                             preexec_fn=_pdeathsig, cwd=str(ROOT))
 
 
@@ -229,6 +229,51 @@ async def one_run(n: int, point: str, args: argparse.Namespace, rng: random.Rand
     return result
 
 
+async def failover_run(n: int, args: argparse.Namespace, base: pathlib.Path) -> dict:
+    """Two replicas with --leader-elect; the leader is SIGKILLed `--failover-before` s before the reset (not
+    restarted). failover_s: the kill -> the standby's first AgentBox watch (it acts from then on)."""
+    workdir = base / f"failover{n:03d}"
+    async with World(workdir, SETTINGS) as world:
+        elect = ("--leader-elect", "agentbox-controller", "--lease-namespace", world.namespace,
+                 "--lease-duration", str(args.lease_duration))
+        procs = [start_operator(world, workdir / f"operator{i}.log", *elect) for i in range(2)]
+        reset = float(math.ceil(time.time() + args.lead + 10))
+        for acct, tok in (("acct-c", "tok-c"),):
+            world.provider.add_login(tok, acct)
+            world.provider.set_windows(acct, five_hour=(100.0, at(reset)), weekly=(40.0, utc_in(86400)))
+        await world.add_secret("claude-login", "credentials.json", claude_login("tok-c"))
+        await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
+        await world.add_box("box-c", "claude-code", "claude-a")
+        await world.run_pod("box-c", [TabSpec(t, fake_agent_argv("claude-code", reset)) for t in CLAUDE_TABS],
+                            timeout=40)
+        tabs = [("box-c", t) for t in CLAUDE_TABS]
+
+        def holder() -> str:
+            lease = world.kube.get("coordination.k8s.io/v1/leases", world.namespace, "agentbox-controller") or {}
+            return (lease.get("spec") or {}).get("holderIdentity") or ""
+        await wait(lambda: len([s for s in tab_states(world).values() if s == "RateLimited"]) == len(tabs), 40)
+        await asyncio.sleep(max(0.0, reset - args.failover_before - time.time()))
+        leader_pid = int(holder().rsplit("-", 1)[-1])
+        since = len(world.kube.journal)
+        killed_at = time.time()
+        os.kill(leader_pid, signal.SIGKILL)
+        found = await wait(lambda: watch_requests(world, since) is not None, 60, every=0.05)
+        failover = time.time() - killed_at if found else None
+        new_holder = await wait(lambda: holder() and not holder().endswith(f"-{leader_pid}") and holder(), 60)
+        await wait(lambda: all(submits(world, p, t) for p, t in tabs), max(5.0, reset + 60 - time.time()))
+        await asyncio.sleep(SETTINGS.settle_s + 3)
+        per_tab = [{"tab": f"{p}/{t}", "submits": len(submits(world, p, t)),
+                    "early": any(x < reset for x in submits(world, p, t)),
+                    "latency_s": round(submits(world, p, t)[0] - reset, 3) if submits(world, p, t) else None,
+                    "restart_to_resume_s": None} for p, t in tabs]
+        for pr in procs:
+            if pr.poll() is None:
+                pr.kill()
+            pr.wait()
+    return {"run": n, "point": "failover", "failover_s": round(failover, 3) if failover else None,
+            "new_leader": bool(new_holder), "tabs": per_tab, "ready_after_restart_s": None}
+
+
 async def main_async(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     base = pathlib.Path(tempfile.mkdtemp(prefix="faults-", dir=args.workdir))
@@ -238,6 +283,15 @@ async def main_async(args: argparse.Namespace) -> int:
     if args.shuffle:
         rng.shuffle(points)
     results = []
+    failovers: list[float] = []
+    for n in range(args.failover):
+        res = await failover_run(n, args, base)
+        results.append(res)
+        if res["failover_s"] is not None:
+            failovers.append(res["failover_s"])
+        ok = sum(t["submits"] == 1 and not t["early"] for t in res["tabs"])
+        log(f"failover run {n}: {ok}/{len(res['tabs'])} exactly once, failover {res['failover_s']} s")
+        print(json.dumps(res), flush=True)
     for n, point in enumerate(points):
         started = time.time()
         res = await one_run(n, point, args, rng, base)
@@ -252,6 +306,8 @@ async def main_async(args: argparse.Namespace) -> int:
     by_point: dict[str, dict[str, int]] = {}
     for r in results:
         d = by_point.setdefault(r["point"], {"runs": 0, "tabs": 0, "exactly_once": 0})
+        if r.get("failover_s") is not None:
+            d["failover_s_max"] = max(d.get("failover_s_max", 0.0), r["failover_s"])
         d["runs"] += 1
         d["tabs"] += len(r["tabs"])
         d["exactly_once"] += sum(t["submits"] == 1 and not t["early"] for t in r["tabs"])
@@ -260,7 +316,8 @@ async def main_async(args: argparse.Namespace) -> int:
         "exactly_once_pct": round(100.0 * len(once) / len(tabs), 2) if tabs else None,
         "lost": sum(t["submits"] == 0 for t in tabs), "double": sum(t["submits"] > 1 for t in tabs),
         "early": sum(t["early"] for t in tabs),
-        "failover_s": None,
+        "failover_s": max(failovers) if failovers else None,
+        "failover_runs": len(failovers),
         "restart_to_resume_p50_s": pct(r2r, 50), "restart_to_resume_p99_s": pct(r2r, 99),
         "restart_to_resume_n": len(r2r),
         "latency_after_reset_p50_s": pct(lat, 50), "latency_after_reset_p99_s": pct(lat, 99),
@@ -279,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lead", type=float, default=15.0, help="seconds from the start to the reset (default 15)")
     p.add_argument("--max-restart-delay", type=float, default=10.0, help="restart after 0..this many s")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--failover", type=int, default=0, help="two-replica runs (--leader-elect), leader killed")
+    p.add_argument("--failover-before", type=float, default=14.0, help="kill the leader this many s before the reset")
+    p.add_argument("--lease-duration", type=int, default=10, help="--lease-duration of the replicas")
     p.add_argument("--only", help="run only this named step (e.g. codex:after-relaunch) --per-step times")
     p.add_argument("--shuffle", action="store_true", help="interleave random and named-step runs")
     p.add_argument("--keep", action="store_true", help="keep every run's directory (failed runs are kept)")

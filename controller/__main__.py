@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Callable
 
 
 EXIT_USAGE = 2
@@ -76,6 +77,10 @@ def _run(ns: argparse.Namespace) -> int:
     _configure_logging(ns.log_format)
     memo = kopf.Memo(settings=settings)
     namespaces = ns.namespace or []
+    if ns.leader_elect:
+        return _run_elected(ns, lambda: kopf.run(registry=REGISTRY, standalone=True, clusterwide=not namespaces,
+                                                 namespaces=namespaces, liveness_endpoint=ns.liveness or None,
+                                                 memo=memo))
     if not ns.peering:
         kopf.run(registry=REGISTRY, standalone=True, clusterwide=not namespaces, namespaces=namespaces,
                  liveness_endpoint=ns.liveness or None, memo=memo)
@@ -89,6 +94,48 @@ def _run(ns: argparse.Namespace) -> int:
     kopf.run(registry=REGISTRY, standalone=False, peering_name=ns.peering, priority=priority, clusterwide=not namespaces,
              namespaces=namespaces, liveness_endpoint=ns.liveness or None, memo=memo)
     return 0
+
+
+def _run_elected(ns: argparse.Namespace, operate: Callable[[], None]) -> int:
+    """Run `operate` (the operator) only while this process holds the coordination.k8s.io Lease
+    `ns.leader_elect` in `ns.lease_namespace` (the Kubernetes client's leader election, as controller-runtime
+    does). Timings: a leader renews every `retry` s and gives up (the process exits at once, so it stops
+    acting before anyone else may start) when it could not renew for `renew_deadline` s; a standby takes the
+    Lease once it saw no renewal for `lease_duration` s. Failover after a crash: about lease_duration +
+    retry + the operator's start (measured: bench/faults.py --failover)."""
+    import os
+    import socket
+    import threading
+
+    from kubernetes import config
+    from kubernetes.leaderelection import electionconfig, leaderelection
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+    identity = f"{socket.gethostname()}-{os.getpid()}"
+    logging.getLogger("agentbox.election").info("Waiting for the Lease %s/%s as %s", ns.lease_namespace,
+                                                ns.leader_elect, identity)
+
+    def lead() -> None:
+        try:
+            operate()
+        finally:
+            os._exit(0)   # the operator stopped: give the Lease up by exiting (a standby takes it)
+
+    def lost() -> None:
+        logging.getLogger("agentbox.election").warning("Lost the Lease %s; exiting", ns.leader_elect)
+        os._exit(1)   # never act without the Lease: the kubelet restarts the process as a standby
+
+    cfg = electionconfig.Config(LeaseLock(ns.leader_elect, ns.lease_namespace, identity),
+                                lease_duration=ns.lease_duration, renew_deadline=ns.lease_duration * 0.7,
+                                retry_period=max(0.5, ns.lease_duration / 10),
+                                onstarted_leading=lead, onstopped_leading=lost)
+    threading.excepthook = lambda args: os._exit(1)
+    leaderelection.LeaderElection(cfg).run()
+    return 1
 
 
 def _ensure_peering(name: str, namespaces: list[str]) -> None:
@@ -161,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="kopf peering object (replicas > 1: only the highest priority acts); default: standalone")
     run.add_argument("--priority", type=int, default=None,
                      help="peering priority (default with --peering: random per process)")
+    run.add_argument("--leader-elect", metavar="LEASE", default="",
+                     help="replicas > 1: act only while holding this coordination.k8s.io Lease (instead of --peering)")
+    run.add_argument("--lease-namespace", default="default", help="namespace of the --leader-elect Lease")
+    run.add_argument("--lease-duration", type=int, default=10,
+                     help="seconds without renewal after which a standby takes the Lease (default 10)")
     run.add_argument("--log-format", choices=("plain", "json"), default="plain",
                      help="log lines as timestamped text (default) or one JSON object per line")
     run.set_defaults(func=_run)

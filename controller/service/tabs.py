@@ -358,8 +358,8 @@ class BoxWatcher:
                           now: datetime, screens: dict[str, str] | None = None) -> dict[str, Detection]:
         """Merge the agent's own machine-readable usage (Claude Code statusline input, Codex rollout
         `token_count` events) into the screen detections. Read only when a tab is not visibly busy; on the
-        live stream, only when a screen changed since the last read (a tab stopped) or `stream_rescan_s`
-        passed, else the last read is reused."""
+        live stream, only when a screen changed since the last read (the agents write these files as they
+        draw), else the last read is reused."""
         if not any(d.state in (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN) for d in dets.values()):
             return dets
         from controller.service.boxfiles import read_structured
@@ -367,7 +367,7 @@ class BoxWatcher:
         digest = hash(tuple(sorted((screens or {}).items())))
         seen = self._structured_seen
         reuse = (isinstance(term, StreamTerminal) and term.stream.connected and seen is not None
-                 and seen[0] == digest and (now - seen[1]).total_seconds() < self.rt.settings.stream_rescan_s)
+                 and seen[0] == digest)
         problems: list[str] = []
         try:
             if reuse:
