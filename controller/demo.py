@@ -434,7 +434,7 @@ async def _keep(w: Any, ok: bool) -> None:
     print(f"  {plugin if plugin.exists() else 'kubectl-agentbox'} status -o wide        "
           "# or `kubectl agentbox status` with kubectl-agentbox on PATH")
     if shutil.which("kubectl"):
-        print("  kubectl get abox,asub                                # printer columns; describe for Events")
+        print("  kubectl get abox,asub    # NAME/AGE here (the emulator serves no printer columns); describe for Events")
     for box in ("claude-box", "rotate-box", "reserve-box"):
         print(f"  tmux -S {w.sockets(w.namespace, box)} attach -t ={C.TMUX_SESSION}   # {box} (detach: Ctrl-b d)")
     sys.stdout.flush()
