@@ -178,16 +178,32 @@ async def test_adopted_login_takes_only_what_the_provider_confirmed(world: World
                      what="Disconnected or a valid login in the Secret")
 
 
-@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def plant_hostile(path, how: str) -> None:
+    """Replace a box's login file with something hostile."""
+    import os
+
+    path.unlink(missing_ok=True)
+    if how == "nested":  # 100,000 brackets: RecursionError in Python's JSON decoder, not ValueError
+        path.write_text("[" * 100_000)
+    elif how == "dev-zero":  # an endless file
+        path.symlink_to("/dev/zero")
+    elif how == "fifo":  # a read that never ends (no writer)
+        os.mkfifo(path)
+    elif how == "huge":  # 4 MiB, past the read cap, starting like a login file
+        path.write_text('{"claudeAiOauth": {"accessToken": "' + "x" * (4 << 20) + '"}}')
+
+
+@pytest.mark.parametrize("provider,how", [("anthropic", "nested"), ("openai", "nested"), ("anthropic", "dev-zero"),
+                                          ("anthropic", "fifo"), ("anthropic", "huge")])
 @pytest.mark.timeout(90)
-async def test_deeply_nested_login_file_in_a_box_does_not_stop_the_keeper(world: World, provider: str):
-    """A box replaces its login file with 100,000 nested brackets (well under the 256 KiB read cap):
-    Python's JSON decoder raises RecursionError, not ValueError. The keeper reads every box back
-    before each refresh, so the Subscription's refreshes must go on for the other box."""
+async def test_hostile_login_file_in_a_box_does_not_stop_the_keeper(world: World, provider: str, how: str):
+    """A box replaces its login file with deeply nested JSON, a symlink to /dev/zero, a FIFO or a
+    4 MiB file. The keeper reads every box back before each refresh, so the Subscription's refreshes
+    must go on for the other box (before: the nested file made every tick fail with RecursionError)."""
     settings(world)
     await two_boxes(world, provider)
     await eventually(lambda: any(r.status == 200 for r in world.provider.refreshes), 20, what="a first refresh")
-    (world.pod_dir("attacker") / REL[provider]).write_text("[" * 100_000)
+    plant_hostile(world.pod_dir("attacker") / REL[provider], how)
     start = sum(r.status == 200 for r in world.provider.refreshes)
     await eventually(lambda: sum(r.status == 200 for r in world.provider.refreshes) >= start + 2, 30,
                      what="two more refreshes with the nested file in place")

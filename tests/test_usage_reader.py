@@ -399,3 +399,17 @@ async def test_oversized_body_is_a_read_error_not_parsed(emu, reader):
     with pytest.raises(UsageReadError) as ei:
         await reader.read("anthropic", login_for("anthropic"), Clock())
     assert f"larger than {MAX_USAGE_ANSWER} bytes" in str(ei.value)
+
+
+@pytest.mark.parametrize("provider,payload", [
+    ("anthropic", {"five_hour": {"utilization": 10 ** 400, "resets_at": None}}),
+    ("openai", {"rate_limit": {"primary_window": {"used_percent": 5, "reset_at": 10 ** 400,
+                                                  "limit_window_seconds": 18000}}}),
+])
+async def test_a_400_digit_number_is_a_read_error_not_a_crash(emu, reader, provider: str, payload: dict):
+    """JSON integers have no size limit; Python's `math.isfinite(10**400)` raises OverflowError. The
+    answer is malformed (UsageReadError naming the field), never an exception that fails the pass."""
+    emu.set_usage("claude-acct" if provider == "anthropic" else OPENAI_ACCOUNT, payload)
+    with pytest.raises(UsageReadError) as ei:
+        await reader.read(provider, login_for(provider), Clock())
+    assert "malformed" in str(ei.value)

@@ -99,6 +99,8 @@ def _expires_in(value: Any) -> float | None:
         value = int(value.strip())
     if not isinstance(value, (int, float)):
         return None
+    if isinstance(value, int) and not -MAX_EXPIRES_IN_S <= value <= MAX_EXPIRES_IN_S:
+        return None  # a 400-digit JSON integer: float() would raise OverflowError
     secs = float(value)
     if not math.isfinite(secs) or secs < 1 or secs > MAX_EXPIRES_IN_S:
         return None

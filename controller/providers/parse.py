@@ -146,7 +146,12 @@ def _after(base: datetime, seconds: float, field: str) -> datetime:
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # a JSON integer of 400 digits is a Python int no float can hold
+        return False
 
 
 def _obj(v: Any, field: str) -> dict | None:
