@@ -1045,6 +1045,8 @@ class BoxWatcher:
                    and (r.last_input_at is None or (now - r.last_input_at).total_seconds() >= s.human_idle_s)
                    for r in records.values())
         name = pod_name(self.name)
+        if pod is None and not (body.get("status") or {}).get("pod"):
+            return None  # never created yet: the reconcile handler creates the first pod and owns Ready
         decision = decide_pod(pod, name, template_hash(spec.template), spec.pod_update, idle,
                               bool(meta.get("deletionTimestamp")))
         was = self._out_of_date
