@@ -43,6 +43,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime, timezone
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -175,6 +176,11 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
         opens = s1 - s0
         rss_idle, rss_process = rss_mib() - rss_before, rss_mib()
         requests = controller_requests(world, j0, j1)
+        exec_verbs = Counter(" ".join(r.argv[:2]) for r in world.kube.exec_journal[e0:e1]
+                             if r.argv[1:3] != ("-C", "attach-session"))
+        request_kinds = Counter(
+            f"{e.method} {'/'.join(x for x in e.path.split('/')[-2:] if x not in boxes)}"
+            for e in world.kube.journal[j0:j1] if not e.user_agent.startswith("Python/"))
         per_hour = 3600 / idle_s / args.boxes
         log(f"idle: {execs} exec calls, {opens} stream opens, {requests} API requests, "
             f"CPU {(c1 - c0) / idle_s:.3f} cores, RSS +{rss_idle:.0f} MiB")
@@ -241,6 +247,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             "resume_margin_s": settings.resume_margin_s,
             "load_avg_1m": round(os.getloadavg()[0], 2), "wall_s": round(time.time() - t_start, 1),
             "streams_open_at_start_of_idle": streams_open0,
+            "idle_exec_by_argv": dict(exec_verbs.most_common(8)),
+            "idle_requests_by_kind": dict(request_kinds.most_common(10)),
         }
     finally:
         await world.stop()

@@ -168,6 +168,7 @@ class BoxWatcher:
         self.group_exhausted = False
         self.reserved: str | None = None         # the stop line while the reserve holds the box
         self.switched_keys: set[str] = set()     # limit events already answered by a switch
+        self.pre_switch: set[str] = set()        # tabs not yet seen limited or working since the last switch
         self._noted: set[str] = set()
         self._uid: str | None = None
         self._squatter: str | None = None        # message of the PodNotOwned Event already posted
@@ -362,8 +363,8 @@ class BoxWatcher:
                           now: datetime, screens: dict[str, str] | None = None) -> dict[str, Detection]:
         """Merge the agent's own machine-readable usage (Claude Code statusline input, Codex rollout
         `token_count` events) into the screen detections. Read only when a tab is not visibly busy; on the
-        live stream, only when a screen changed since the last read (a tab stopped) or `stream_rescan_s`
-        passed, else the last read is reused."""
+        live stream, only when a screen changed since the last read (the agents write these files as they
+        draw), else the last read is reused."""
         if not any(d.state in (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN) for d in dets.values()):
             return dets
         from controller.service.boxfiles import read_structured
@@ -371,7 +372,7 @@ class BoxWatcher:
         digest = hash(tuple(sorted((screens or {}).items())))
         seen = self._structured_seen
         reuse = (isinstance(term, StreamTerminal) and term.stream.connected and seen is not None
-                 and seen[0] == digest and (now - seen[1]).total_seconds() < self.rt.settings.stream_rescan_s)
+                 and seen[0] == digest)
         problems: list[str] = []
         try:
             if reuse:
@@ -396,6 +397,7 @@ class BoxWatcher:
         subs = [candidate_from(o) for o in await self.rt.kube.list_custom(C.SUBSCRIPTION_PLURAL, self.namespace)]
         current = self.current or spec.subscription
         cur = next((c for c in subs if c.name == current), None)
+        self._absorb_pre_switch_limits(dets, current, now)
         fresh_limit = any(
             d.state == TabState.RATE_LIMITED and d.kind in (LimitKind.USAGE, LimitKind.CREDITS)
             and limit_key(d) not in self.switched_keys
@@ -498,14 +500,10 @@ class BoxWatcher:
         await self._install_login(term, spec, body, login[1])
         self.current = new
         for tab in limited:
-            det = dets[tab.name]
-            key = limit_key(det)
-            self.switched_keys.add(key)
-            rec = self.records.get(tab.name) or TabRecord(tab.name)  # type: ignore[union-attr]
-            self.records[tab.name] = replace(  # type: ignore[index]
-                rec, phase=Phase.RATE_LIMITED, limit_key=key, resets_at=None, resume_at=now, sent_for=None,
-                window=None, auto_continue=False, detected_by=det.detected_by,
-                message=f"Switched to {new}; resuming", attempts=0)
+            self._resume_on_new(tab.name, dets[tab.name], new, now)
+        # A tab not seen limited now may still show the old subscription's limit line on the next
+        # capture (printed just before the switch): that line is not a limit of `new`.
+        self.pre_switch = {t.name for t in tabs} - {t.name for t in limited}
         metrics.SWITCHES.labels(self.namespace, self.name, leave.trigger).inc()
         self.post_event("Normal", "Switched", f"Switched from {old} to {new}: {leave.reason}")
         await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
@@ -553,6 +551,31 @@ class BoxWatcher:
                                         {"subscription": to, "switch": None})
         return out
 
+    def _resume_on_new(self, tab: str, det: Detection, new: str, now: datetime) -> None:
+        """Answer a tab's limit event by the switch to `new`: the key is marked switched (never a
+        trigger again) and the tab is resumed now by the normal flow, on the new login."""
+        key = limit_key(det)
+        self.switched_keys.add(key)
+        rec = self.records.get(tab) or TabRecord(tab)  # type: ignore[union-attr]
+        self.records[tab] = replace(  # type: ignore[index]
+            rec, phase=Phase.RATE_LIMITED, limit_key=key, resets_at=None, resume_at=now, sent_for=None,
+            window=None, auto_continue=False, detected_by=det.detected_by,
+            message=f"Switched to {new}; resuming", attempts=0)
+
+    def _absorb_pre_switch_limits(self, dets: dict[str, Detection], current: str, now: datetime) -> None:
+        """The first limit line a tab shows after a switch, before it was seen working again, was
+        printed on the old subscription (the capture of the switch's pass missed it): it is answered
+        by that switch, not counted as the new subscription's limit (no flip-flop to a third one).
+        A tab seen working or idle since the switch has run on the new login: its later limits count."""
+        for name in list(self.pre_switch):
+            det = dets.get(name)
+            if det is None or det.state in (TabState.WORKING, TabState.IDLE):
+                self.pre_switch.discard(name)
+            elif det.state == TabState.RATE_LIMITED and det.kind in (LimitKind.USAGE, LimitKind.CREDITS):
+                self.pre_switch.discard(name)
+                if limit_key(det) not in self.switched_keys:
+                    self._resume_on_new(name, det, current, now)
+
     def _safe(self, tab: Any, det: Detection, inputs: dict[str, datetime], now: datetime) -> bool:
         """The same rules as resume: no recent human typing, no prompt/menu, no half-typed line."""
         last = inputs.get(tab.id)
@@ -581,7 +604,11 @@ class BoxWatcher:
             if not tab.at_shell:
                 await term.press(tab.pane_id, "Escape")
             rec = self.records.get(tab.name) or TabRecord(tab.name)  # type: ignore[union-attr]
-            busy = dets[tab.name].state in (TabState.WORKING, TabState.RATE_LIMITED)
+            # Esc went to a running agent: it counts as stopped by the reserve (resumed at the lift)
+            # unless its screen showed it idle or waiting on a human. An agent that had not painted a
+            # recognisable screen yet (a box started on a reserved subscription) is Unknown, not idle.
+            busy = not tab.at_shell and dets[tab.name].state in (
+                TabState.WORKING, TabState.RATE_LIMITED, TabState.UNKNOWN)
             self.records[tab.name] = replace(rec, stopped_by_reserve=busy)  # type: ignore[index]
         try:
             await boxfiles.remove_login(term.exec_fn, get_profile(spec.agent))
