@@ -134,6 +134,27 @@ async def test_reserve_stops_the_box_and_restores_it_after_the_reset(world: Worl
     assert "ReserveLifted" in reasons(world, "box")
 
 
+async def test_agent_started_after_the_reserve_stop_is_stopped_too_and_resumed(world: World, tmp_path):
+    """A tab at its shell when the reserve stops the box (the box started on a reserved subscription)
+    whose agent starts afterwards gets the same Esc once and is resumed at the lift."""
+    world.start_operator()
+    await subscription(world, "a", 85.0, 20, reserve={"fiveHourPercent": 20})
+    await sub_state(world, "a", "Reserved")
+    await world.add_box("box", "claude-code", "a", whenAgentStops={"resumeAfterReset": True})
+    go = tmp_path / "GO"
+    argv = fake_agent_argv("claude-code", time.time() + 3600, "--limited-token", "tok-a", "--start-working")
+    await world.run_pod("box", [TabSpec("main", ["sh", "-c", f'while [ ! -e "{go}" ]; do sleep 0.2; done; exec "$@"',
+                                                 "sh", *argv])])
+    await eventually(lambda: status(world, "box").get("state") == "Reserved", 15, what="box Reserved")
+    go.touch()                                          # the agent starts after the stop
+    await eventually(lambda: any(e["event"] == "interrupted" for e in world.agent_log("box", "main")), 15,
+                     what="Esc to the agent that started later")
+    await sub_state(world, "a", "Available", timeout=30)
+    await eventually(lambda: submits(world, "box"), 15, what="continue after the reserve lifted")
+    assert submits(world, "box")[0]["token"] == "tok-a"
+    assert sum(e["event"] == "interrupted" for e in world.agent_log("box", "main")) == 1, "Esc once"
+
+
 async def test_reserve_with_rotation_switches_instead_of_stopping(world: World):
     world.start_operator()
     await subscription(world, "a", 85.0, 3600, reserve={"fiveHourPercent": 20})

@@ -167,6 +167,7 @@ class BoxWatcher:
         self.next_sub: str | None = None
         self.group_exhausted = False
         self.reserved: str | None = None         # the stop line while the reserve holds the box
+        self._reserve_pending: set[str] = set()  # tabs at their shell when the reserve stopped the box
         self.switched_keys: set[str] = set()     # limit events already answered by a switch
         self.pre_switch: set[str] = set()        # tabs not yet seen limited or working since the last switch
         self._noted: set[str] = set()
@@ -432,6 +433,8 @@ class BoxWatcher:
         # Reserve: stop the box (unless rotation just moved it away), restore after the reset.
         if cur is not None and cur.state == "Reserved" and not self.reserved:
             await self._reserve_stop(term, tabs, dets, spec, cur)
+        elif cur is not None and cur.state == "Reserved" and self._reserve_pending:
+            await self._reserve_late_starters(term, tabs, dets)
         elif self.reserved and (cur is None or cur.state != "Reserved"):
             await self._reserve_restore(term, tabs, dets, inputs, spec, now)
 
@@ -600,6 +603,7 @@ class BoxWatcher:
         else:
             line = "Stopping to keep the reserve of your limits"
         until = f" (reserved until {cur.until:%Y-%m-%d %H:%M} UTC)" if cur.until else ""
+        self._reserve_pending = {tab.name for tab in tabs if tab.at_shell}
         for tab in tabs:
             if not tab.at_shell:
                 await term.press(tab.pane_id, "Escape")
@@ -623,6 +627,20 @@ class BoxWatcher:
         metrics.RESERVE_STOPS.labels(self.namespace, cur.name, "five_hour" if "5-hour" in line else "weekly").inc()
         self.post_event("Warning", "ReserveReached", f"{line} on {cur.name}{until}")
 
+    async def _reserve_late_starters(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection]) -> None:
+        """An agent started in a tab that was at its shell when the reserve stopped the box (the box
+        started on a reserved subscription, or a human launched it since) gets the same Esc once and
+        is resumed at the lift like the others. Tabs already stopped are never pressed again."""
+        for tab in tabs:
+            if tab.name not in self._reserve_pending or tab.at_shell:
+                continue
+            if dets[tab.name].state not in (TabState.WORKING, TabState.UNKNOWN):
+                continue
+            self._reserve_pending.discard(tab.name)
+            await term.press(tab.pane_id, "Escape")
+            rec = self.records.get(tab.name) or TabRecord(tab.name)  # type: ignore[union-attr]
+            self.records[tab.name] = replace(rec, stopped_by_reserve=True)  # type: ignore[index]
+
     async def _reserve_restore(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
                                inputs: dict[str, datetime], spec: AgentBoxSpec, now: datetime) -> None:
         """The reserve lifted (or the box moved): restore the login and resume the stopped tabs."""
@@ -632,6 +650,7 @@ class BoxWatcher:
         body = {"metadata": {"name": self.name, "namespace": self.namespace, "uid": self._uid}}
         await self._install_login(term, spec, body, login[1])
         self.reserved = None
+        self._reserve_pending = set()
         self.post_event("Normal", "ReserveLifted", f"Reserve lifted on {self.current}; login restored")
         for tab in tabs:
             rec = self.records.get(tab.name) or TabRecord(tab.name)  # type: ignore[union-attr]
