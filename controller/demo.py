@@ -37,6 +37,7 @@ DEMO_SETTINGS = Settings(
     scan_interval_s=2.0, resume_margin_s=1.0, human_idle_s=10.0, auto_continue_grace_s=10.0, settle_s=5.0,
     max_attempts=3, unknown_reset_recheck_s=10.0, send_pause_s=0.2, verify_timeout_s=5.0, restart_timeout_s=20.0,
     usage_interval_s=30.0, usage_max_age_s=2.0, exec_timeout_s=10.0, metrics_port=0,
+    usage_near_interval_s=2.0, usage_min_interval_s=1.0,
 )
 
 
@@ -247,6 +248,7 @@ class Scenes:
     def __init__(self) -> None:
         self.group_reset = 0.0
         self.reserve_reset = 0.0
+        self.reserve_reached = False
 
     @staticmethod
     async def _subscription(w: Any, name: str, five: float, reset_at: datetime, **spec: Any) -> None:
@@ -273,8 +275,9 @@ class Scenes:
         # Whole group exhausted: night-a and night-b both used up; night-b resets first.
         await self._subscription(w, "night-a", 100.0, later)
         await self._subscription(w, "night-b", 100.0, at(self.group_reset))
-        # Reserve: 85% used, 20% of the 5-hour window kept for the human.
-        await self._subscription(w, "shared", 85.0, at(self.reserve_reset), reserve={"fiveHourPercent": 20})
+        # Reserve: 75% used, 20% of the 5-hour window kept for the human; the working box takes it past
+        # 80% (tick), so the reserve stops an agent that is visibly working.
+        await self._subscription(w, "shared", 75.0, at(self.reserve_reset), reserve={"fiveHourPercent": 20})
         rotate = {"resumeAfterReset": True, "rotation": {"enabled": True, "group": "Selected",
                                                          "subscriptions": ["team-a", "team-b", "team-c"]}}
         group = {"resumeAfterReset": True, "rotation": {"enabled": True, "group": "Selected",
@@ -283,7 +286,7 @@ class Scenes:
         await w.add_box("group-box", "claude-code", "night-a", whenAgentStops=group)
         await w.add_box("reserve-box", "claude-code", "shared")
         timeline.say("kubectl", "applied Subscriptions team-a (100%), team-b (60%), team-c (20%), night-a and "
-                     "night-b (both 100%), shared (85%, reserve 20%); AgentBoxes rotate-box, group-box, reserve-box")
+                     "night-b (both 100%), shared (75%, reserve 20%); AgentBoxes rotate-box, group-box, reserve-box")
         await w.run_pod("rotate-box", [TabSpec("main", fake_agent_argv("claude-code", now + 3600,
                                                                        "--limited-token", "tok-team-a"))])
         await w.run_pod("group-box", [TabSpec("main", fake_agent_argv("claude-code", self.group_reset,
@@ -293,6 +296,17 @@ class Scenes:
                                                                         "--limited-token", "tok-shared"))])
         timeline.say("demo", f"night-b resets at {at(self.group_reset):%H:%M:%S}Z, shared at "
                      f"{at(self.reserve_reset):%H:%M:%S}Z")
+
+    async def tick(self, w: Any, timeline: Timeline) -> None:
+        """Once reserve-box's tab is Working in status, its usage reaches 85% of shared's 5-hour window."""
+        if self.reserve_reached:
+            return
+        tabs = ((w.box("reserve-box") or {}).get("status") or {}).get("tabs") or []
+        if any(t.get("state") == "Working" for t in tabs):
+            self.reserve_reached = True
+            reset = datetime.fromtimestamp(self.reserve_reset, timezone.utc)
+            w.provider.set_windows("acct-shared", five_hour=(85.0, reset), weekly=(15.0, reset + timedelta(days=3)))
+            timeline.say("demo", "reserve-box's agent works: shared reaches 85% of its 5-hour window")
 
     def observe(self, w: Any, timeline: Timeline) -> None:
         for box in self.BOXES:
@@ -373,6 +387,7 @@ async def _play(cast: Cast, workdir: Path, timeline: Timeline, lead_s: float = 2
             done = False
             while time.time() < deadline and not done:
                 await cast.tick(w, timeline)
+                await scenes.tick(w, timeline)
                 _observe(w, timeline, cast, scenes)
                 done = cast.finished(w) and scenes.finished(w)
                 await asyncio.sleep(0.25)
@@ -419,7 +434,7 @@ async def _keep(w: Any, ok: bool) -> None:
     print(f"  {plugin if plugin.exists() else 'kubectl-agentbox'} status -o wide        "
           "# or `kubectl agentbox status` with kubectl-agentbox on PATH")
     if shutil.which("kubectl"):
-        print("  kubectl get abox,asub                                # printer columns; describe for Events")
+        print("  kubectl get abox,asub    # NAME/AGE here (the emulator serves no printer columns); describe for Events")
     for box in ("claude-box", "rotate-box", "reserve-box"):
         print(f"  tmux -S {w.sockets(w.namespace, box)} attach -t ={C.TMUX_SESSION}   # {box} (detach: Ctrl-b d)")
     sys.stdout.flush()

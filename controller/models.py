@@ -207,6 +207,20 @@ class TabStatus(_Model):
     journal: TabJournal | None = Field(None, description="The multi-step action in progress on this tab (absent when none).")
 
 
+class SwitchJournal(_Model):
+    """A subscription switch in progress, written before each step (a restarted controller completes it)."""
+
+    to: str = Field(max_length=253, description="Subscription the box is moving to.")
+    from_subscription: str | None = Field(None, max_length=253, description="Subscription the box is leaving.")
+    step: Literal["StopAgents", "InstallLogin"] = Field(
+        description="StopAgents: Ctrl-C twice to the limited Codex tabs; InstallLogin: the new login into the box "
+                    "Secret and the agent's login file.")
+    started_at: Instant = Field(description="When the switch started (UTC RFC 3339).")
+    tabs: list[Annotated[str, StringConstraints(max_length=253)]] = Field(
+        default_factory=list, max_length=64, description="Tabs stopped on the limit, resumed on the new subscription.")
+    reason: str | None = Field(None, max_length=1024, description="Why the box switched.")
+
+
 BoxState = Literal["Pending", "Running", "RateLimited", "Reserved", "NeedsAttention", "Error"]
 
 
@@ -218,6 +232,7 @@ class AgentBoxStatus(_Model):
     state: BoxState | None = Field(None, description="Pending | Running | RateLimited | Reserved | NeedsAttention | Error.")
     resume_at: Instant | None = Field(None, description="Earliest scheduled resume among the tabs (UTC RFC 3339).")
     pod: str | None = Field(None, description="Name of the box pod.")
+    switch: SwitchJournal | None = Field(None, description="A subscription switch in progress (absent when none).")
     tabs: list[TabStatus] = Field(default_factory=list, description="Per-tab state.", json_schema_extra=_list_map("name"))
     conditions: list[Condition] = Field(default_factory=list, description="Ready, RateLimited, NeedsAttention, Reserved, InputIgnored (a pattern, annotation or box file is invalid and ignored).",
                                         json_schema_extra=_list_map("type"))

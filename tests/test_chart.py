@@ -417,3 +417,17 @@ def test_dashboard_queries_reference_exported_metrics():
 if __name__ == "__main__":
     write_settings_schema()
     print("rewrote charts/agentbox-controller/values.schema.json (settings)")
+
+
+@pytest.mark.parametrize("values, ns", [({}, NAMESPACE), ({"watchNamespaces": ["team-a", "team-b"]}, "team-a"),
+                                        ({"clusterWide": True}, "<namespace>")])
+def test_notes_commands_name_a_watched_namespace_and_a_dedicated_login(values, ns):
+    """NOTES.txt (b3): its kubectl commands ran in the caller's current namespace, which a default install
+    does not watch (the Secret and box then sat unserved), and it stored the workstation's own
+    ~/.claude login, which the README warns against (single-use refresh tokens log the laptop out)."""
+    out = helm.Chart.load(CHART).render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    notes = next(text for path, text in out.items() if path.endswith("NOTES.txt"))
+    commands = [line.split("kubectl ", 1)[1] for line in notes.splitlines()
+                if re.match(r"\s+(\d\. .*:\s+)?kubectl ", line)]
+    assert len(commands) == 4 and all(c.startswith(f"-n {ns} ") for c in commands), commands
+    assert "$HOME/.claude" not in notes and "dedicated login" in notes

@@ -77,6 +77,10 @@ async def test_discovery_and_namespace_paths(kube: KubeEmulator, http: aiohttp.C
     names = {r["name"]: r for r in group["resources"]}
     assert set(names) == {"widgets", "widgets/status"}
     assert {"list", "watch", "patch"} <= set(names["widgets"]["verbs"]) and names["widgets"]["namespaced"]
+    assert group["groupVersion"] == f"{GROUP}/{VERSION}" and names["widgets"]["kind"] == "Widget"
+    # Short names belong to the kind, not its status subresource (kmock gave both: kubectl then warned
+    # 'short name "abox" could also match lower priority resource agentboxes/status' on every get).
+    assert names["widgets"]["shortNames"] == ["wdg"] and "shortNames" not in names["widgets/status"]
     # kmock 0.8 answers 500 here; the emulator parses namespace paths itself.
     status, nss = await call(http, "GET", "/api/v1/namespaces")
     assert status == 200 and [n["metadata"]["name"] for n in nss["items"]] == ["default"]

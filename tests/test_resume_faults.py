@@ -175,3 +175,44 @@ async def test_restarted_after_the_deadline_acts_in_its_first_pass(world: World)
     assert len(scans) == 1, f"the continue was typed in the first pass, not after {len(scans)} scans"
     await asyncio.sleep(world.settings.settle_s + 2)
     assert submits(world, "box-a", "main") == ["continue"]
+
+
+@pytest.mark.parametrize("point", ["before-first-ctrl-c", "after-second-ctrl-c"])
+async def test_codex_switch_killed_midway_is_completed_once(world: World, point: str):
+    """Rotation moves a limited Codex box to another subscription (Ctrl-C twice, new auth.json, relaunch,
+    continue). Killed mid-switch, the restarted controller finds status.switch and completes it: the new
+    login in place, the agent relaunched once, one continue on the new account."""
+    from tests.test_rotation_scenarios import sub_state
+
+    skip, when, mode = (0, "before", "drop") if point == "before-first-ctrl-c" else (1, "after", "pass")
+    fault = ExecFault(mode=mode, pod="box", match=ctrl_c, when=when, skip=skip, on_match=world.kill_operator_now)
+    world.kube.exec_faults.append(fault)
+    world.start_operator()
+    # Both subscriptions look available: the switch is triggered by the limit line itself, once the tab shows it.
+    for name, five in (("a", 10.0), ("b", 10.0)):
+        world.provider.add_login(f"tok-{name}", f"acct-{name}")
+        world.provider.set_windows(f"acct-{name}", five_hour=(five, utc_in(3600)), weekly=(5.0, utc_in(86400)))
+        await world.add_secret(f"login-{name}", "auth.json", codex_login(f"tok-{name}", f"acct-{name}"))
+        await world.add_subscription(name, "openai", f"login-{name}", "auth.json")
+    await sub_state(world, "a", "Available")
+    await sub_state(world, "b", "Available")
+    await world.add_box("box", "codex", "a", whenAgentStops={"rotation": {"enabled": True}})
+    await world.run_pod("box", [TabSpec("main", ["codex"])], shims={"codex": fake_agent_argv(
+        "codex", time.time() + 3600, "--limited-token", "tok-a")})
+    try:
+        await eventually(lambda: fault.hits, 40, what="the kill point")
+    except TimeoutError:
+        print("EVENTS", [(e["reason"], e["message"]) for e in world.events("box")])
+        print("EXEC", [r.argv for r in world.kube.exec_journal][-15:])
+        raise
+    await world.kill_operator()
+    assert ((world.box("box") or {}).get("status") or {}).get("switch", {}).get("to") == "b"
+    world.start_operator()
+    await eventually(lambda: submits(world, "box", "main"), 40, what="continue on the new account")
+    await asyncio.sleep(world.settings.settle_s + 2)
+    log = world.agent_log("box", "main")
+    subs = [e for e in log if e["event"] == "submit"]
+    assert [e["text"] for e in subs] == ["continue"] and subs[0]["token"] == "tok-b"
+    assert [e.get("argv") for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
+    status = (world.box("box") or {}).get("status") or {}
+    assert status.get("subscription") == "b" and "switch" not in status

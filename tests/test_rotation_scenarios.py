@@ -4,6 +4,7 @@ read their live login file, the provider usage emulator."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from datetime import timedelta
 
@@ -233,3 +234,59 @@ async def test_codex_box_is_stopped_before_its_login_changes_then_resumed(world:
     assert submits(world, "box")[0]["token"] == "tok-b", "the restarted Codex read b's auth.json"
     assert "tok-b" in (world.login_file("box", "codex") or "")
     assert status(world, "box").get("subscription") == "b"
+
+
+async def test_limit_line_printed_before_a_switch_is_not_the_new_subscriptions_limit(world: World):
+    """The demo's race (b3): the box moves off an exhausted subscription on a pass whose capture
+    missed the agent's limit line (not painted yet); the next capture shows that line. It was printed
+    on the old login: the tab is resumed on the new subscription, not moved on to a third one."""
+    world.start_operator()
+    await subscription(world, "a", 100.0, 3600)
+    await subscription(world, "b", 60.0, 7200)
+    await subscription(world, "c", 20.0, 7200)
+    for name in ("b", "c"):
+        await sub_state(world, name, "Available")
+    await world.add_box("box", "claude-code", "a",
+                        whenAgentStops={"resumeAfterReset": True, "rotation": {"enabled": True, "group": "All"}})
+    gate = world.pod_dir("box") / "go"
+    # A non-shell process with a blank screen until the test opens the gate, then the agent on a's login.
+    waiter = ("import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
+              "os.execvp(sys.argv[2], sys.argv[2:])")
+    agent = fake_agent_argv("claude-code", time.time() + 3600, "--limited-token", "tok-a")
+    await world.run_pod("box", [TabSpec("main", [sys.executable, "-c", waiter, str(gate), *agent])])
+    await eventually(lambda: status(world, "box").get("subscription") == "c", 20, what="switch to c (a exhausted)")
+    assert submits(world, "box") == []
+    gate.touch()
+    await eventually(lambda: any(e["event"] == "limit" for e in world.agent_log("box", "main")), 10,
+                     what="the agent prints its limit line (on a's login)")
+    await eventually(lambda: submits(world, "box"), 20, what="continue on c")
+    assert [(e["text"], e["token"]) for e in submits(world, "box")] == [("continue", "tok-c")]
+    assert status(world, "box").get("subscription") == "c"
+    assert [e["message"] for e in world.events("box") if e["reason"] == "Switched"] == [
+        "Switched from a to c: 5-hour window at 100 %"]
+
+
+
+async def test_reserve_stop_before_the_agent_painted_its_screen_resumes_it_at_the_lift(world: World):
+    """The demo's race (b3): the reserve stops a box whose agent runs but shows nothing recognisable
+    yet (Unknown, not idle). Esc went to a running program, so the tab was stopped by the reserve: at
+    the lift it gets `continue` like a tab stopped while working."""
+    world.start_operator()
+    await subscription(world, "a", 75.0, 25, reserve={"fiveHourPercent": 20})
+    await sub_state(world, "a", "Available")
+    await world.add_box("box", "claude-code", "a", whenAgentStops={"resumeAfterReset": True})
+    gate, started = world.pod_dir("box") / "go", world.pod_dir("box") / "waiting"
+    # A program (not a shell) that paints nothing until the test opens the gate, then the agent.
+    waiter = ("import os, sys, time\nprint('\\033[2J\\033[Hstarting', flush=True)\nopen(sys.argv[2], 'w').close()\n"
+              "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\nos.execvp(sys.argv[3], sys.argv[3:])")
+    agent = fake_agent_argv("claude-code", time.time() + 25, "--start-working", "--work-seconds", "1",
+                            "--limited-token", "tok-a")
+    await world.run_pod("box", [TabSpec("main", [sys.executable, "-c", waiter, str(gate), str(started), *agent])])
+    await eventually(started.exists, 10, what="the program runs in the tab")
+    world.provider.set_windows("acct-a", five_hour=(85.0, utc_in(20)), weekly=(10.0, utc_in(86400 * 3)))
+    await eventually(lambda: "ReserveReached" in reasons(world, "box"), 15, what="stopped at the reserve")
+    gate.touch()
+    await sub_state(world, "a", "Available", timeout=30)
+    await eventually(lambda: "ReserveLifted" in reasons(world, "box"), 15, what="reserve lifted")
+    await eventually(lambda: submits(world, "box"), 15, what=f"continue after the reserve lifted: {world.agent_log('box', 'main')} {status(world, 'box').get('tabs')} {[(e['reason'], e['message']) for e in world.events('box')]} {world.screen('box', 'main')[-600:]}")
+    assert [(e["text"], e["token"]) for e in submits(world, "box")] == [("continue", "tok-a")]

@@ -49,11 +49,13 @@ async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event("", "v1", "pods", id="box-pod-changed", labels={C.LABEL_BOX: kopf.PRESENT,
                                                                   C.LABEL_MANAGED_BY: C.MANAGER_NAME},
                registry=REGISTRY)
-async def box_pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A box pod was deleted, evicted or changed phase: wake its box's tab watcher now (it heals the pod
-    and updates Ready), instead of at its next scan. Only wakes; never acts on the pod itself."""
+async def box_pod_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A box pod was deleted, is being deleted, or ended (evicted, failed): wake its box's tab watcher now
+    (it heals the pod and updates Ready) instead of at its next scan. Only wakes; never acts on the pod."""
     box = (body.metadata.labels or {}).get(C.LABEL_BOX)
-    if box:
+    phase = (body.get("status") or {}).get("phase")
+    gone = event.get("type") == "DELETED" or body.metadata.deletion_timestamp or phase in ("Failed", "Succeeded")
+    if box and gone:
         memo.runtime.wakeup(body.metadata.namespace, box).set()
 
 

@@ -161,8 +161,13 @@ class LoginKeeper:
             # A refresh marked in flight by an earlier run whose answer never reached the Secret: the
             # provider may have spent the token; it is never sent again (a second use revokes the chain).
             self._marker_checked = True
-            if status.get(IN_FLIGHT_KEY) == f"sha256:{fp}":
+            marked = status.get(IN_FLIGHT_KEY)
+            if marked == f"sha256:{fp}":
                 self._answer_lost(fp, ref, "the controller stopped while a login refresh was in flight")
+            elif isinstance(marked, str) and marked.startswith("sha256:"):
+                # Another token was in flight: a box's candidate being confirmed (or a mark left after a
+                # success). Spent either way: never sent again.
+                self.sent_candidates.add(marked[len("sha256:"):])
         status = await self._record_identity(provider, login, status, now)
         if self.refused_fp is not None:
             if fp == self.refused_fp:

@@ -168,6 +168,7 @@ class BoxWatcher:
         self.group_exhausted = False
         self.reserved: str | None = None         # the stop line while the reserve holds the box
         self.switched_keys: set[str] = set()     # limit events already answered by a switch
+        self.pre_switch: set[str] = set()        # tabs not yet seen limited or working since the last switch
         self._noted: set[str] = set()
         self._uid: str | None = None
         self._squatter: str | None = None        # message of the PodNotOwned Event already posted
@@ -180,7 +181,8 @@ class BoxWatcher:
         self._body: dict[str, Any] = {}
         self._spec: AgentBoxSpec | None = None
         self._status_lock = asyncio.Lock()   # status snapshots reach the API server in the order taken
-        self._out_of_date: str | None = None  # PodOutOfDate message while the pod predates spec.template
+        self._out_of_date: str | None = None
+        self._pending_switch: dict[str, Any] | None = None  # status.switch found at start: completed first  # PodOutOfDate message while the pod predates spec.template
 
     async def aclose(self) -> None:
         """Detach the live tmux stream (the watcher stops)."""
@@ -223,6 +225,8 @@ class BoxWatcher:
             self.reserved = reserved.get("message") if reserved else None
             self.records = {t["name"]: record_from_status(t) for t in (body.get("status") or {}).get("tabs") or []
                             if t.get("name")}
+            switch = status.get("switch")
+            self._pending_switch = switch if isinstance(switch, dict) and switch.get("to") else None
             self.tab_ids = {t["name"]: t.get("id", "") for t in (body.get("status") or {}).get("tabs") or []
                             if t.get("name")}
         if not pod or not view.running or container is None:
@@ -260,6 +264,8 @@ class BoxWatcher:
         annotations = self._annotation_problems((body.get("metadata") or {}).get("annotations") or {}, now)
         dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
         dets = await self._structured(term, spec, dets, now, screens)
+        if self._pending_switch is not None:
+            dets = await self._complete_switch(term, tabs, dets, spec, body, now)
         await self._subscriptions(term, tabs, dets, inputs, spec, body, now)
         resume_on = spec.when_agent_stops.resume_after_reset and not self.reserved
         wake: list[datetime | None] = []
@@ -392,6 +398,7 @@ class BoxWatcher:
         subs = [candidate_from(o) for o in await self.rt.kube.list_custom(C.SUBSCRIPTION_PLURAL, self.namespace)]
         current = self.current or spec.subscription
         cur = next((c for c in subs if c.name == current), None)
+        self._absorb_pre_switch_limits(dets, current, now)
         fresh_limit = any(
             d.state == TabState.RATE_LIMITED and d.kind in (LimitKind.USAGE, LimitKind.CREDITS)
             and limit_key(d) not in self.switched_keys
@@ -477,6 +484,10 @@ class BoxWatcher:
             return False
         limited = [t for t in tabs if dets[t.name].state == TabState.RATE_LIMITED
                    and dets[t.name].kind in (LimitKind.USAGE, LimitKind.CREDITS)]
+        # Write-ahead: a controller killed mid-switch finds status.switch and completes it (_complete_switch).
+        journal = {"to": new, "fromSubscription": old, "step": "StopAgents", "startedAt": rfc3339(now),
+                   "tabs": [t.name for t in limited][:64], "reason": bounded(str(leave.reason), 1024)}
+        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, {"switch": journal})
         if spec.agent == "codex":
             # A running Codex refuses another account's auth.json: stop the limited agents first.
             for tab in limited:
@@ -485,21 +496,86 @@ class BoxWatcher:
                 await term.press(tab.pane_id, "C-c")
                 await asyncio.sleep(self.rt.settings.send_pause_s)
                 await term.press(tab.pane_id, "C-c")
+        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
+                                        {"switch": {**journal, "step": "InstallLogin"}})
         await self._install_login(term, spec, body, login[1])
         self.current = new
         for tab in limited:
-            det = dets[tab.name]
-            key = limit_key(det)
-            self.switched_keys.add(key)
-            rec = self.records.get(tab.name) or TabRecord(tab.name)  # type: ignore[union-attr]
-            self.records[tab.name] = replace(  # type: ignore[index]
-                rec, phase=Phase.RATE_LIMITED, limit_key=key, resets_at=None, resume_at=now, sent_for=None,
-                window=None, auto_continue=False, detected_by=det.detected_by,
-                message=f"Switched to {new}; resuming", attempts=0)
+            self._resume_on_new(tab.name, dets[tab.name], new, now)
+        # A tab not seen limited now may still show the old subscription's limit line on the next
+        # capture (printed just before the switch): that line is not a limit of `new`.
+        self.pre_switch = {t.name for t in tabs} - {t.name for t in limited}
         metrics.SWITCHES.labels(self.namespace, self.name, leave.trigger).inc()
         self.post_event("Normal", "Switched", f"Switched from {old} to {new}: {leave.reason}")
-        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, {"subscription": new})
+        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
+                                        {"subscription": new, "switch": None})
         return True
+
+    async def _complete_switch(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
+                               spec: AgentBoxSpec, body: dict[str, Any], now: datetime) -> dict[str, Detection]:
+        """Finish a switch a previous controller left in status.switch: install the new login (idempotent),
+        move the box, and mark the tabs it had stopped as due on the new subscription. A Codex tab it had
+        already stopped sits at the shell: it is given the remembered limit so the normal resume relaunches
+        it (`codex resume --last`, then continue). Returns the detections to plan with."""
+        sw, self._pending_switch = self._pending_switch or {}, None
+        to = str(sw.get("to"))
+        login = await self._login_text(to)
+        if login is None:
+            self.post_event("Warning", "SwitchFailed", f"Cannot finish the switch to {to}: its login Secret is "
+                            "missing or invalid")
+            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, {"switch": None})
+            return dets
+        await self._install_login(term, spec, body, login[1])
+        self.current = to
+        wanted = set(sw.get("tabs") or [])
+        out = dict(dets)
+        for tab in tabs:
+            if tab.name not in wanted:
+                continue
+            det = dets[tab.name]
+            if det.state != TabState.RATE_LIMITED:
+                if det.state == TabState.WORKING:
+                    continue
+                det = Detection(TabState.RATE_LIMITED, LimitKind.USAGE, None, None, prompt_text="",
+                                evidence=f"stopped to switch to {to}", detected_by="switch")
+                out[tab.name] = det
+            key = limit_key(det)
+            self.switched_keys.add(key)
+            rec = (self.records or {}).get(tab.name) or TabRecord(tab.name)
+            self.records[tab.name] = replace(  # type: ignore[index]
+                rec, phase=Phase.RATE_LIMITED, limit_key=key, resets_at=None, resume_at=now, sent_for=None,
+                window=None, auto_continue=False, detected_by=det.detected_by, journal=None,
+                message=f"Switched to {to}; resuming", attempts=0)
+        self.post_event("Normal", "Switched", f"Switched from {sw.get('fromSubscription')} to {to}: "
+                        f"{sw.get('reason') or 'rotation'} (completed after a controller restart)")
+        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
+                                        {"subscription": to, "switch": None})
+        return out
+
+    def _resume_on_new(self, tab: str, det: Detection, new: str, now: datetime) -> None:
+        """Answer a tab's limit event by the switch to `new`: the key is marked switched (never a
+        trigger again) and the tab is resumed now by the normal flow, on the new login."""
+        key = limit_key(det)
+        self.switched_keys.add(key)
+        rec = self.records.get(tab) or TabRecord(tab)  # type: ignore[union-attr]
+        self.records[tab] = replace(  # type: ignore[index]
+            rec, phase=Phase.RATE_LIMITED, limit_key=key, resets_at=None, resume_at=now, sent_for=None,
+            window=None, auto_continue=False, detected_by=det.detected_by,
+            message=f"Switched to {new}; resuming", attempts=0)
+
+    def _absorb_pre_switch_limits(self, dets: dict[str, Detection], current: str, now: datetime) -> None:
+        """The first limit line a tab shows after a switch, before it was seen working again, was
+        printed on the old subscription (the capture of the switch's pass missed it): it is answered
+        by that switch, not counted as the new subscription's limit (no flip-flop to a third one).
+        A tab seen working or idle since the switch has run on the new login: its later limits count."""
+        for name in list(self.pre_switch):
+            det = dets.get(name)
+            if det is None or det.state in (TabState.WORKING, TabState.IDLE):
+                self.pre_switch.discard(name)
+            elif det.state == TabState.RATE_LIMITED and det.kind in (LimitKind.USAGE, LimitKind.CREDITS):
+                self.pre_switch.discard(name)
+                if limit_key(det) not in self.switched_keys:
+                    self._resume_on_new(name, det, current, now)
 
     def _safe(self, tab: Any, det: Detection, inputs: dict[str, datetime], now: datetime) -> bool:
         """The same rules as resume: no recent human typing, no prompt/menu, no half-typed line."""
@@ -529,7 +605,11 @@ class BoxWatcher:
             if not tab.at_shell:
                 await term.press(tab.pane_id, "Escape")
             rec = self.records.get(tab.name) or TabRecord(tab.name)  # type: ignore[union-attr]
-            busy = dets[tab.name].state in (TabState.WORKING, TabState.RATE_LIMITED)
+            # Esc went to a running agent: it counts as stopped by the reserve (resumed at the lift)
+            # unless its screen showed it idle or waiting on a human. An agent that had not painted a
+            # recognisable screen yet (a box started on a reserved subscription) is Unknown, not idle.
+            busy = not tab.at_shell and dets[tab.name].state in (
+                TabState.WORKING, TabState.RATE_LIMITED, TabState.UNKNOWN)
             self.records[tab.name] = replace(rec, stopped_by_reserve=busy)  # type: ignore[index]
         try:
             await boxfiles.remove_login(term.exec_fn, get_profile(spec.agent))
@@ -993,6 +1073,8 @@ class BoxWatcher:
                    and (r.last_input_at is None or (now - r.last_input_at).total_seconds() >= s.human_idle_s)
                    for r in records.values())
         name = pod_name(self.name)
+        if pod is None and not (body.get("status") or {}).get("pod"):
+            return None  # never created yet: the reconcile handler creates the first pod and owns Ready
         decision = decide_pod(pod, name, template_hash(spec.template), spec.pod_update, idle,
                               bool(meta.get("deletionTimestamp")))
         was = self._out_of_date

@@ -984,6 +984,12 @@ class KubeEmulator:
         p = _parse_path(raw.path)
         if p is None and raw.path.rstrip("/") == "/api/v1":
             return self._serve_core_discovery()  # kmock 0.8 answers groupVersion "/v1" here
+        gv = raw.path.rstrip("/").split("/")
+        if p is None and len(gv) == 4 and gv[1] == "apis" and any(
+                r.group == gv[2] and r.version == gv[3] for r in self.discovery.resources):
+            # kmock lists a subresource (agentboxes/status) with the kind's shortNames, which kubectl
+            # then warns about on every `get abox`; a real API server gives them to the kind only.
+            return self._serve_core_discovery(gv[2], gv[3])
         if p is None and raw.path.rstrip("/") == "/version":  # what `kubectl version` and clients probe
             return aiohttp.web.json_response({
                 "major": "1", "minor": "33", "gitVersion": "v1.33.0-agentbox-emulator", "gitCommit": "0" * 40,
@@ -1034,9 +1040,10 @@ class KubeEmulator:
             return aiohttp.web.json_response(self._delete(res, key, body if isinstance(body, dict) else {}))
         raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource")
 
-    def _serve_core_discovery(self) -> aiohttp.web.Response:
+    def _serve_core_discovery(self, group: str = "", version: str = "v1") -> aiohttp.web.Response:
+        """An APIResourceList of one group version (core `v1` by default), as a real API server's."""
         resources = []
-        for res in sorted((r for r in self.discovery.resources if r.group == "" and r.version == "v1"),
+        for res in sorted((r for r in self.discovery.resources if r.group == group and r.version == version),
                           key=lambda r: str(r.plural)):
             info = self._info(res)
             for sub in ["", *sorted(info.subresources)]:
@@ -1048,9 +1055,11 @@ class KubeEmulator:
                     "verbs": (sorted(info.verbs) if not sub else ["get", "patch", "update"]
                               if sub in ("status", "finalize") else ["create", "get"]),
                     **({"shortNames": sorted(info.shortnames)} if info.shortnames and not sub else {}),
+                    **({"categories": sorted(info.categories)} if info.categories and not sub else {}),
                 })
         return aiohttp.web.json_response({"kind": "APIResourceList", "apiVersion": "v1",
-                                          "groupVersion": "v1", "resources": resources})
+                                          "groupVersion": f"{group}/{version}" if group else version,
+                                          "resources": resources})
 
     @staticmethod
     async def _read_body(raw: aiohttp.web.BaseRequest) -> Any:
