@@ -33,6 +33,10 @@ def _list_map(*keys: str) -> dict[str, Any]:
 
 
 Provider = Literal["anthropic", "openai"]
+# A Kubernetes object name (DNS-1123 subdomain): what a Secret or a Subscription can be called. A name with
+# `/`, `..` or upper case can never name one, so it is refused at apply instead of reaching an API path.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
 AgentName = Literal["claude-code", "codex", "opencode", "gemini-cli", "claude-wrapper", "shell"]
 
 
@@ -40,7 +44,7 @@ AgentName = Literal["claude-code", "codex", "opencode", "gemini-cli", "claude-wr
 class SecretKeyRef(_Model):
     """A key of a Secret in the same namespace."""
 
-    name: str = Field(min_length=1, max_length=253, description="Name of the Secret in the same namespace.")
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="Name of the Secret in the same namespace.")
     key: str = Field(min_length=1, max_length=253, description="Key in the Secret's data holding the login file.")
 
 
@@ -113,7 +117,7 @@ class Rotation(_Model):
 
     enabled: bool = Field(False, description="Switch to another subscription when the current one runs out.")
     group: Literal["All", "Selected"] = Field("All", description="All: every Subscription of the provider in the namespace; Selected: the list below.")
-    subscriptions: list[Annotated[str, StringConstraints(min_length=1, max_length=253)]] = Field(
+    subscriptions: list[Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]] = Field(
         default_factory=list, max_length=64,
         description="With group Selected: the subscriptions to rotate over (the box's own and at least one other).")
 
@@ -143,7 +147,7 @@ class AgentBoxSpec(_Model):
     """A pod whose tmux tabs run an agent on a subscription."""
 
     agent: AgentName = Field(description="The agent CLI running in the tabs.")
-    subscription: str | None = Field(None, min_length=1, max_length=253, description="Subscription the box starts on (claude-code and codex only).")
+    subscription: str | None = Field(None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="Subscription the box starts on (claude-code and codex only).")
     when_agent_stops: WhenAgentStops = Field(default_factory=WhenAgentStops, description="Resume and rotation behaviour.")
     detection: DetectionSpec = Field(default_factory=DetectionSpec, description="Extra detection rules.")
     time_zone: str | None = Field(None, max_length=64, description="IANA zone of the box's clock, for limit lines that print no zone (default: the container's TZ, else UTC).")

@@ -105,3 +105,47 @@ async def test_squatting_secret_is_never_written(world: World):
     warnings = [e for e in world.events("victim") if e.get("reason") == "SecretNotOwned"]
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning", warnings
     assert "victim-credentials" in warnings[0]["message"]
+
+
+@pytest.mark.timeout(60)
+async def test_secret_of_another_type_carrying_the_box_uid_is_never_written(world: World):
+    """Someone who may create Secrets (but not the controller's rights) pre-creates `<box>-credentials`
+    as a service-account-token Secret whose ownerReference names the box's UID. The controller does not
+    take the UID alone as proof: a Secret of another type is not its own (SecretNotOwned, never
+    patched, no pod that would mount it)."""
+    await world.add_secret("login-a", "credentials.json",
+                           world.provider.issue_login("anthropic", "acct-a", 3600.0))
+    await world.add_subscription("shared", "anthropic", "login-a", "credentials.json")
+    await world.add_box("victim", "claude-code", "shared")
+    uid = (world.box("victim") or {})["metadata"]["uid"]
+    token = base64.b64encode(b"sa-token-of-the-namespace").decode()
+    await world.create(f"/api/v1/namespaces/{world.namespace}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "victim-credentials",
+                     "annotations": {"kubernetes.io/service-account.name": "default"},
+                     "ownerReferences": [{"apiVersion": "agentbox.dev/v1alpha1", "kind": "AgentBox",
+                                          "name": "victim", "uid": uid, "controller": True}]},
+        "data": {"token": token}})
+    world.start_operator()
+    await eventually(lambda: ready(world, "victim").get("reason") == "SecretNotOwned", 15, what="SecretNotOwned")
+    await asyncio.sleep(FAST.retry_delay_s * 2 + 0.5)  # the reconcile retries at least twice
+    sec = world.kube.get("v1/secrets", world.namespace, "victim-credentials") or {}
+    assert sec["data"] == {"token": token}, "the controller wrote into a Secret of another type"
+    assert world.kube.get("v1/pods", world.namespace, "victim") is None
+    assert "kubernetes.io/service-account-token" in ready(world, "victim")["message"]
+
+
+@pytest.mark.timeout(60)
+async def test_box_pod_mounts_only_the_login_key(world: World):
+    """The credentials volume projects the login file's key only (`items`), so nothing else a Secret of
+    that name holds reaches the box."""
+    world.start_operator()
+    await world.add_secret("login-a", "credentials.json",
+                           world.provider.issue_login("anthropic", "acct-a", 3600.0))
+    await world.add_subscription("shared", "anthropic", "login-a", "credentials.json")
+    await world.add_box("good", "claude-code", "shared")
+    await eventually(lambda: world.kube.get("v1/pods", world.namespace, "good"), 15, what="the box pod")
+    pod = world.kube.get("v1/pods", world.namespace, "good") or {}
+    vols = [v for v in pod["spec"]["volumes"] if "secret" in v]
+    assert len(vols) == 1
+    assert vols[0]["secret"]["items"] == [{"key": "credentials.json", "path": "credentials.json"}]

@@ -229,3 +229,16 @@ def test_docs_link_to_each_other_and_exist():
 if __name__ == "__main__":
     CONFIGURATION.write_text(rewrite(CONFIGURATION.read_text(), generated_blocks()))
     print(f"rewrote {CONFIGURATION.relative_to(ROOT)}")
+
+
+def test_readme_status_sample_holds_every_box_and_subscription_of_the_demo():
+    """The README's `kubectl agentbox status` sample claims to be the end of `make demo` (b3: it had
+    lost the Codex subscription and box the demo prints)."""
+    demo = (ROOT / "controller" / "demo.py").read_text()
+    boxes = set(re.findall(r'add_box\("([a-z-]+)"', demo))
+    subs = set(re.findall(r'(?:add_subscription|_subscription)\(w?,? ?"([a-z-]+)"', demo))
+    assert {"claude-box", "codex-box", "reserve-box"} <= boxes and {"codex-main", "shared"} <= subs
+    readme = (ROOT / "README.md").read_text()
+    sample = readme.split("```text\n", 1)[1].split("```", 1)[0]
+    rows = {line.split()[0] for line in sample.splitlines() if line and not line.startswith(" ")}
+    assert boxes | subs <= rows, sorted((boxes | subs) - rows)

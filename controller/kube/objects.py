@@ -41,12 +41,12 @@ class NotOwned(Exception):
     The message names kind, name and the box; never the object's content.
     """
 
-    def __init__(self, kind: str, name: str, box: str) -> None:
+    def __init__(self, kind: str, name: str, box: str, why: str | None = None) -> None:
         self.kind, self.name, self.box = kind, name, box
         self.reason = f"{kind}NotOwned"
-        super().__init__(f"{kind} {name!r} exists but is not owned by AgentBox {box!r} (no controller "
-                         f"ownerReference with the box's UID); the controller will not use it. Delete it, or rename "
-                         f"the box")
+        why = why or "no controller ownerReference with the box's UID"
+        super().__init__(f"{kind} {name!r} exists but is not owned by AgentBox {box!r} ({why}); the controller "
+                         f"will not use it. Delete it, or rename the box")
 
 
 def owned_by(obj: dict[str, Any] | None, uid: str | None) -> bool:
@@ -138,11 +138,14 @@ def credentials_fs_group(spec: dict[str, Any]) -> int:
     return DEFAULT_FS_GROUP
 
 
-def make_pod(body: dict[str, Any], template: dict[str, Any], agent: str, with_credentials: bool) -> dict[str, Any]:
+def make_pod(body: dict[str, Any], template: dict[str, Any], agent: str, with_credentials: bool,
+             credentials_key: str | None = None) -> dict[str, Any]:
     """The box pod from spec.template, owned by the box, with the credentials Secret mounted
     read-only at `/var/run/agentbox/credentials` in every container (mode 0440, group = the pod's
     fsGroup, set by :func:`credentials_fs_group` when the template sets none: a kubelet writes the files
-    root-owned, and an image running as non-root could not read them otherwise).
+    root-owned, and an image running as non-root could not read them otherwise). With
+    `credentials_key` only that key of the Secret is projected (``items``): whatever else a Secret of
+    that name may hold never reaches the box.
 
     Raises:
         TemplateError: the template is not shaped like a PodTemplateSpec (`template_problem`); the
@@ -161,8 +164,10 @@ def make_pod(body: dict[str, Any], template: dict[str, Any], agent: str, with_cr
     labels = {**(meta.get("labels") or {}), **child_labels(name)}
     if with_credentials:
         volumes = [v for v in spec.get("volumes") or [] if v.get("name") != C.CREDENTIALS_VOLUME]
-        volumes.append({"name": C.CREDENTIALS_VOLUME,
-                        "secret": {"secretName": secret_name(name), "defaultMode": CREDENTIALS_MODE}})
+        source: dict[str, Any] = {"secretName": secret_name(name), "defaultMode": CREDENTIALS_MODE}
+        if credentials_key:
+            source["items"] = [{"key": credentials_key, "path": credentials_key}]
+        volumes.append({"name": C.CREDENTIALS_VOLUME, "secret": source})
         spec["volumes"] = volumes
         psc = spec.get("securityContext") if isinstance(spec.get("securityContext"), dict) else {}
         if psc.get("fsGroup") is None:
@@ -243,6 +248,10 @@ class Kube:
                 current = await asyncio.to_thread(self.core.read_namespaced_secret, name, ns)
         if owner_uid is not None:
             require_owned(self.api_client.sanitize_for_serialization(current), owner_uid, "Secret", owner_name)
+            if (current.type or "Opaque") != secret.get("type", "Opaque"):
+                # Someone who may create Secrets can put the box's UID in an ownerReference; a Secret of
+                # another type (a service-account token, say) is still not one the controller made.
+                raise NotOwned("Secret", name, owner_name, f"type {current.type!r}, not {secret.get('type', 'Opaque')!r}")
         if (current.data or {}) == secret["data"]:
             return "unchanged"
         await asyncio.to_thread(self.core.patch_namespaced_secret, name, ns,

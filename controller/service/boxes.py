@@ -175,7 +175,7 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
 
     try:
         pod = make_pod(body, boxpolicy.harden(spec.template, policy), spec.agent,
-                       with_credentials=login_text is not None)
+                       with_credentials=login_text is not None, credentials_key=credential_key(spec.agent))
     except TemplateError as exc:
         return _fail(body, rt, C.R_INVALID_SPEC, str(exc), retry=None)
 
