@@ -335,7 +335,8 @@ class BoxWatcher:
             opener = self._open_fn(pod, container)
             wake = self.rt.wakeup(self.namespace, self.name)
             self.stream = BoxStream(opener, exec_fn, classify=lambda p, sc: self._classify(p, sc),
-                                    on_change=wake.set, command_timeout_s=s.exec_timeout_s)
+                                    on_change=wake.set, command_timeout_s=s.exec_timeout_s,
+                                    max_output=s.exec_max_output_bytes)
             self._stream_pod = uid
             self.stream.start()
         self.stream.exec_fn = exec_fn

@@ -47,6 +47,8 @@ class BoxStream:
         on_change: called (sync) when a pane's key or the tab list changed, or the stream went up or down.
         debounce_s: seconds to gather changes before capturing (bursts of output cost one capture).
         backoff_s: (first, most) seconds between reconnects; doubled per failure, with jitter.
+        max_output: most bytes one command's reply may hold (as the one-shot exec's bound; a larger
+            reply falls back to the exec, which reports it).
     Attributes:
         unavailable: why control mode cannot be used (``"no tmux"``, ``"tmux 3.1 is older than 3.2"``),
             else ``None``.  Set once, by the version check; the caller polls instead.
@@ -57,7 +59,8 @@ class BoxStream:
 
     def __init__(self, open_fn: OpenFn, exec_fn: ExecFn, *, classify: Callable[[str, str], Hashable] | None = None,
                  on_change: Callable[[], None] = lambda: None, debounce_s: float = 0.2,
-                 backoff_s: tuple[float, float] = (1.0, 60.0), command_timeout_s: float = 10.0) -> None:
+                 backoff_s: tuple[float, float] = (1.0, 60.0), command_timeout_s: float = 10.0,
+                 max_output: int = 1024 * 1024) -> None:
         self.open_fn = open_fn
         self.exec_fn = exec_fn
         self.classify = classify
@@ -65,6 +68,7 @@ class BoxStream:
         self.debounce_s = debounce_s
         self.backoff_s = backoff_s
         self.command_timeout_s = command_timeout_s
+        self.max_output = max_output
         self.unavailable: str | None = None
         self.client: ControlClient | None = None
         self.screens: dict[str, str] = {}
@@ -120,7 +124,7 @@ class BoxStream:
                 try:
                     stream = await self.open_fn(control.attach_argv())
                     self.opened += 1
-                    self.client = ControlClient(stream)
+                    self.client = ControlClient(stream, max_block=self.max_output)
                     self.screens.clear()
                     self.keys.clear()
                     await self._follow(self.client)
@@ -157,7 +161,14 @@ class BoxStream:
             notify = tabs_changed or first
             first = False
             for pane in sorted(dirty):
-                reply = await client.command(tmux.capture_one_argv(pane), self.command_timeout_s)
+                try:
+                    reply = await client.command(tmux.capture_one_argv(pane), self.command_timeout_s)
+                except ControlError as exc:
+                    if exc.reason != "output_too_large":
+                        raise
+                    self.screens.pop(pane, None)  # not cached: the watcher's own capture reports it
+                    self.on_change()
+                    continue
                 if not reply[0].ok:
                     continue
                 screen = "\n".join(reply[0].lines).rstrip("\n")
