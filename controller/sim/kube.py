@@ -1527,21 +1527,7 @@ class KubeEmulator:
         if fault is not None and fault.when == "after" and fault.on_match is not None:
             fault.on_match()
         self.exec_journal.append(ExecRecord(namespace, name, container, tuple(argv), rc, protocol))
-        try:
-            for channel, data in ((_STDOUT, out), (_STDERR, err)):
-                for i in range(0, len(data), _FRAME_CHUNK):
-                    await ws.send_bytes(bytes([channel]) + data[i:i + _FRAME_CHUNK])
-            if rc == 0:
-                status: JsonObj = {"metadata": {}, "status": "Success"}
-            else:
-                status = {"metadata": {}, "status": "Failure",
-                          "message": f"command terminated with non-zero exit code: exit code {rc}",
-                          "reason": "NonZeroExitCode",
-                          "details": {"causes": [{"reason": "ExitCode", "message": str(rc)}]}}
-            await ws.send_bytes(bytes([_STATUS]) + json.dumps(status).encode())
-            await ws.close()
-        except (ConnectionError, aiohttp.ClientConnectionResetError):
-            pass
+        await self._send_exit(ws, out, err, rc)
         return ws
 
     async def _serve_exec_stream(self, raw: aiohttp.web.BaseRequest, namespace: str, name: str, container: str,
