@@ -84,6 +84,16 @@ _STDIN, _STDOUT, _STDERR, _STATUS, _CLOSE = 0, 1, 2, 3, 255
 _FRAME_CHUNK = 64 * 1024
 
 
+def _frame_bytes(msg: aiohttp.WSMessage) -> bytes | None:
+    """The bytes of one exec WebSocket frame (stdin comes as binary or text frames), or None when the
+    message ends the stream (close, error)."""
+    if msg.type == aiohttp.WSMsgType.BINARY:
+        return msg.data
+    if msg.type == aiohttp.WSMsgType.TEXT:
+        return msg.data.encode()
+    return None
+
+
 # --------------------------------------------------------------------------------------------------------
 # Exec handlers
 # --------------------------------------------------------------------------------------------------------
@@ -1568,11 +1578,8 @@ class KubeEmulator:
             stdin = proc.stdin
             assert stdin is not None
             async for msg in ws:
-                if msg.type == aiohttp.WSMsgType.BINARY:
-                    data = msg.data
-                elif msg.type == aiohttp.WSMsgType.TEXT:
-                    data = msg.data.encode()
-                else:
+                data = _frame_bytes(msg)
+                if data is None:
                     break
                 if not data:
                     continue
@@ -1638,11 +1645,8 @@ class KubeEmulator:
                 msg = await asyncio.wait_for(ws.receive(), idle)
             except TimeoutError:
                 break
-            if msg.type == aiohttp.WSMsgType.BINARY:
-                data = msg.data
-            elif msg.type == aiohttp.WSMsgType.TEXT:
-                data = msg.data.encode()
-            else:
+            data = _frame_bytes(msg)
+            if data is None:
                 break
             if not data:
                 continue
