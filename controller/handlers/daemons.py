@@ -28,12 +28,14 @@ async def run_passes(tick: Callable[[], Awaitable[float]], wake: asyncio.Event, 
                     return
             except Exception as exc:  # noqa: BLE001 - API unavailable: keep going, check next pass
                 logger.warning("%s: existence check failed (%s)", what, type(exc).__name__)
+        # Cleared before the pass, never after it: a wake-up that arrives during the pass (the object
+        # was deleted, a change needs action) makes the next pass start at once instead of being lost.
+        wake.clear()
         try:
             delay = await tick()
         except Exception as exc:  # noqa: BLE001
             logger.warning("%s failed (%s); retrying", what, type(exc).__name__)
             delay = on_error_delay
-        wake.clear()
         until = loop.time() + delay
         # Short waits so a stop is noticed within a second (kopf cancels daemons that linger).
         while not stopped and not wake.is_set():
