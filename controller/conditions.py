@@ -51,3 +51,39 @@ def _cond(type_: str, status: str, reason: str, message: str, ltt: str, generati
 def get_condition(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
     """The condition of `type_`, or None."""
     return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def merge_conditions(stored: list[dict[str, Any]], desired: list[dict[str, Any]] | tuple[dict[str, Any], ...],
+                     now: datetime, guards: dict[str, frozenset[str]] | None = None) -> list[dict[str, Any]]:
+    """Merge `desired` conditions into the `stored` list by type (two writers of one object each keep the
+    types the other sets; a merge patch replaces a whole list, so the list is merged before it is sent).
+
+    Args:
+        stored: status.conditions as read just now (not modified).
+        desired: the conditions one writer sets (metav1.Condition dicts).
+        now: lastTransitionTime of a condition whose status flips against `stored`.
+        guards: type -> reasons: a stored condition of that type is replaced only while its reason is
+            one of them (e.g. Ready set by the reconcile for a failure of its own is kept by the watcher).
+    Returns:
+        The merged list: stored order, new types appended; lastTransitionTime kept unless the status flips.
+    """
+    guards = guards or {}
+    out = [dict(c) for c in stored]
+    index = {c.get("type"): i for i, c in enumerate(out)}
+    for want in desired:
+        type_ = want.get("type")
+        i = index.get(type_)
+        if i is None:
+            out.append(dict(want))
+            index[type_] = len(out) - 1
+            continue
+        have = out[i]
+        if type_ in guards and have.get("reason") not in guards[type_]:
+            continue
+        new = dict(want)
+        if have.get("status") == want.get("status"):
+            new["lastTransitionTime"] = have.get("lastTransitionTime") or want.get("lastTransitionTime")
+        else:
+            new["lastTransitionTime"] = rfc3339(now)
+        out[i] = new
+    return out

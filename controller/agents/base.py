@@ -144,6 +144,10 @@ class Profile:
         restart_argv: argv that restarts the agent in its cwd with the last session, or None.
         credential_path: login file inside the agent's home ("~" = the agent user's home).
         credential_secret_key: key of that file in the box credentials Secret.
+        interrupt_keys: tmux keys that stop a running agent and return to the shell, pressed with the
+            send pause between them (Ctrl-C twice: the first cancels the turn, the second exits).
+        stop_to_switch_login: a running agent refuses a login file of another account: its limited
+            tabs are stopped before a rotation switch installs the new login.
     Time and kind:
         reset_clause: words that introduce a reset's time expression ("resets", "try again",
             "until", "|" before an epoch); a limit line's time is the first one after them that
@@ -180,6 +184,8 @@ class Profile:
     restart_argv: tuple[str, ...] | None = None
     credential_path: str | None = None
     credential_secret_key: str | None = None
+    interrupt_keys: tuple[str, ...] = ("C-c", "C-c")
+    stop_to_switch_login: bool = False
     reset_clause: re.Pattern[str] | None = RESET_CLAUSE
     credits_hint: re.Pattern[str] | None = None
     auto_in_line: re.Pattern[str] | None = None

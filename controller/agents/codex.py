@@ -150,6 +150,7 @@ PROFILE = Profile(
     working_adjacent=True,
     continue_text="continue",
     restart_argv=("codex", "resume", "--last"),
+    stop_to_switch_login=True,  # a running Codex refuses another account's auth.json
     credential_path="~/.codex/auth.json",
     credential_secret_key="auth.json",
     family_hint=FAMILY_HINT,

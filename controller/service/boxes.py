@@ -75,6 +75,7 @@ class Outcome:
 
     status: dict[str, Any] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type Normal|Warning, reason, message)
+    conditions: list[dict[str, Any]] = field(default_factory=list)  # the reconcile's (Ready), merged by type
     retry_after: float | None = None
 
 
@@ -89,7 +90,7 @@ def _fail(body: dict[str, Any], rt: Runtime, reason: str, message: str, retry: f
     after = next(c for c in conds if c.get("type") == C.COND_READY)
     # The Warning on change only: a retried reconcile that finds the same problem posts nothing.
     same = (before.get("status"), before.get("reason"), before.get("message")) == ("False", reason, after["message"])
-    return Outcome(status={"conditions": conds, "state": "Error", "observedGeneration": gen},
+    return Outcome(status={"state": "Error", "observedGeneration": gen}, conditions=_ready_only(conds),
                    events=[] if same else [("Warning", reason, message)],
                    retry_after=rt.settings.retry_delay_s if retry == _RETRY else retry)
 
@@ -218,9 +219,14 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
     out = {
         "pod": pod_name(name),
         "subscription": status.get("subscription") or spec.subscription,
-        "conditions": conds,
         "observedGeneration": gen,
     }
     if status.get("state") in (None, "Error") or not view.running:
         out["state"] = "Pending"
-    return Outcome(status=out, events=events)
+    return Outcome(status=out, events=events, conditions=_ready_only(conds))
+
+
+def _ready_only(conds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conditions the reconcile owns (Ready): merged by type into status, never the whole list (the tab
+    watcher writes the others; a merge patch would replace the list)."""
+    return [c for c in conds if c.get("type") == C.COND_READY]

@@ -1,0 +1,1207 @@
+"""The box decision: `decide(observation, memory, now) -> BoxDecision`. Pure: no I/O, `now` is a parameter.
+
+The tab watcher (`controller.service.tabs`) runs one pass as observe -> decide -> execute -> record:
+
+* it **observes** one `Observation` (tabs and their detections, the last human input per tab, the pod's
+  state, the subscriptions the box may use, the box's annotations, the input problems found on the way);
+* `decide` returns a `BoxDecision`: the ordered **actions** (keys to press, journaled resumes, a login to
+  install or remove, Events to post, metrics to count), the next `Memory` (tab records and what the
+  watcher remembers between passes), the box's **status** (fields and the conditions it owns) and when
+  to look again;
+* the executor performs the actions it has not performed yet, in order; an action whose result the
+  decision needs (a usage read, a resume's outcome, a login install, a switch) **blocks**: its result is
+  added to `Observation.results` and `decide` is called again with the same observation, the same memory
+  and the same `now`. Being deterministic, the replay returns the same actions up to the blocking one
+  (the executor checks it and skips them), then what follows from the result;
+* the decision's status is written once (conditions merged by type, `controller.service.status`).
+
+Everything the watcher used to decide inside the service is here: resume planning
+(`controller.domain.resume`), journals left unfinished, stalls, the resume annotations, rotation
+(`controller.domain.rotation`), the reserve (stop and restore), the switch left unfinished by a previous
+controller, the invalid inputs (`InputIgnored`), and the box's state and conditions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Mapping, Union
+
+from controller import constants as C
+from controller.conditions import rfc3339, set_condition
+from controller.domain.podstate import ContainerView
+from controller.domain.resume import (
+    Action as PlanAction, Journal, JournalAction, Phase, ResumeConfig, Step, TabPlan, TabRecord, after_usage,
+    limit_key, plan_tab, recovery_step, stall_plan, start_journal, usage_verdict,
+)
+from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
+from controller.domain.signals import last_lines
+from controller.domain.types import Detection, LimitKind, TabState, Usage, plausible_reset
+from controller.redact import STATUS_MESSAGE_MAX, bounded
+
+READY_REASONS = frozenset({
+    C.R_RECONCILED, C.R_POD_PENDING, C.R_POD_MISSING, C.R_POD_FAILED, C.R_POD_TERMINATING,
+    C.R_CONTAINER_WAITING, C.R_CONTAINER_TERMINATED, C.R_CHECKING_SESSION, C.R_SESSION_MISSING,
+})
+"""Ready reasons that follow the pod and the session (the watcher's); any other is the reconcile's failure,
+which the watcher keeps."""
+
+POD_NOT_OWNED = "PodNotOwned"  # Ready False: a pod under the box's name is not the box's (`NotOwned.reason`)
+
+WATCHER_CONDITIONS = (C.COND_READY, C.COND_POD_OUT_OF_DATE, C.COND_RATE_LIMITED, C.COND_NEEDS_ATTENTION,
+                      C.COND_INPUT_IGNORED, C.COND_RESERVED, C.COND_TERMINAL_STREAM)
+"""Condition types the watcher writes (Ready only under `READY_REASONS`)."""
+
+
+# ============================================================================ observation
+@dataclass(frozen=True)
+class TabView:
+    """One tab as observed in this pass.
+
+    Attributes:
+        name: tmux window name (the tab's identity in status.tabs[]).
+        id: tmux window id ("@3").
+        pane: tmux pane id ("%3") the keys go to.
+        at_shell: the pane's foreground process is a shell (no agent runs).
+        screen: the captured screen (untrusted text; only hashed and cut to its last lines here).
+        detection: what the screen (and the agent's structured files) say.
+        last_input_at: last time a human typed in the tab (UTC), or None.
+    """
+
+    name: str
+    id: str
+    pane: str
+    at_shell: bool
+    screen: str
+    detection: Detection
+    last_input_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class BoxFacts:
+    """The spec and agent-adapter facts a decision needs.
+
+    Attributes:
+        agent: spec.agent.
+        subscription: spec.subscription (None: limit features are off).
+        watched: the agent supports subscriptions and the box names one (tabs are watched).
+        resume_after_reset: spec.whenAgentStops.resumeAfterReset.
+        rotation: spec.whenAgentStops.rotation.enabled.
+        rotation_group: "All" | "Selected".
+        rotation_selected: rotation.subscriptions.
+        provider: the agent's provider ("anthropic" | "openai").
+        restarts: the agent is restarted to resume (its adapter has a restart argv).
+        continue_text: the text that resumes the agent.
+        stop_to_switch: the agent must be stopped before its login changes (a running Codex refuses
+            another account's auth.json).
+    """
+
+    agent: str
+    subscription: str | None
+    watched: bool = True
+    resume_after_reset: bool = True
+    rotation: bool = False
+    rotation_group: str = "All"
+    rotation_selected: tuple[str, ...] = ()
+    provider: str = ""
+    restarts: bool = False
+    continue_text: str = "continue"
+    stop_to_switch: bool = False
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """spec.reserve of a Subscription (percent 0-100 of each window to keep)."""
+
+    five_hour: float = 0
+    weekly: float = 0
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one pass observed (untrusted values already bounded by the observer).
+
+    Attributes:
+        box: spec and adapter facts.
+        generation: metadata.generation (observedGeneration of the conditions).
+        conditions: status.conditions as read (the current Ready reason is kept when it is the reconcile's).
+        state: status.state as read.
+        pod_owned: False when a pod under the box's name is not the box's (a squatter); `not_owned` says why.
+        not_owned: the message of that refusal.
+        pod: the box container's view (running or why not); None when there is no pod yet.
+        session: the tmux session exists (True/False), None when not checked.
+        capture_problem: (reason, message) when the tabs could not be read (no session, too much output).
+        tabs: the tabs; None when not read this pass.
+        annotations: metadata.annotations.
+        input_problems: source -> (reason, messages) of the inputs checked while observing ("patterns",
+            "files"); a source not present was not checked this pass (its last problems stand).
+        subscriptions: the namespace's Subscriptions as rotation candidates; None when not listed.
+        reserves: spec.reserve per Subscription name.
+        out_of_date: PodOutOfDate message while the pod predates spec.template, else None.
+        stream: None without a live tmux stream; else (connected, why it is not).
+        pending_switch: status.switch left by a previous controller (a dict with `to`), or None.
+        usage_max_age_s: the oldest usage a resume may rely on (seconds).
+        stall_s: a tab unchanged this long with no limit needs a human (seconds).
+        results: results of the blocking actions already performed in this pass (see `decide`).
+    """
+
+    box: BoxFacts
+    generation: int | None = None
+    conditions: tuple[dict[str, Any], ...] = ()
+    state: str | None = None
+    pod_owned: bool = True
+    not_owned: str = ""
+    pod: ContainerView | None = None
+    session: bool | None = None
+    capture_problem: tuple[str, str] | None = None
+    tabs: tuple[TabView, ...] | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    input_problems: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    subscriptions: tuple[Candidate, ...] | None = None
+    reserves: Mapping[str, Reserve] = field(default_factory=dict)
+    out_of_date: str | None = None
+    stream: tuple[bool, str | None] | None = None
+    pending_switch: Mapping[str, Any] | None = None
+    usage_max_age_s: float = 60.0
+    stall_s: float = 1800.0
+    results: Mapping["Act", Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What the watcher remembers between passes (the next one is `BoxDecision.memory`).
+
+    Attributes:
+        records: tab name -> TabRecord (mirrors status.tabs[]).
+        tab_ids: tab name -> tmux window id.
+        seen: tab name -> (screen digest, unchanged since UTC) for stalls.
+        ignored: source -> (reason, messages) of the inputs ignored (InputIgnored).
+        resume_at_done: the resume-at annotation value already acted upon (one request, one resume).
+        current: the subscription the box runs on (status.subscription).
+        next_sub: the subscription rotation would pick next.
+        reserved: the stop line while the reserve holds the box, else None.
+        reserve_pending: tabs at their shell when the reserve stopped the box.
+        switched_keys: limit events already answered by a switch.
+        pre_switch: tabs not yet seen limited or working since the last switch.
+        noted: episodes already announced by an Event (one Event per episode).
+        group_exhausted: every subscription of the rotation group is exhausted.
+        sub_problem: the box's subscription is missing (NeedsAttention message).
+        output_problem: the box printed too much (announced once).
+        squatter: the PodNotOwned message already announced.
+        loaded: the memory was rebuilt from status (a restarted controller starts from status).
+    """
+
+    records: Mapping[str, TabRecord] = field(default_factory=dict)
+    tab_ids: Mapping[str, str] = field(default_factory=dict)
+    seen: Mapping[str, tuple[str, datetime]] = field(default_factory=dict)
+    ignored: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    resume_at_done: str | None = None
+    current: str | None = None
+    next_sub: str | None = None
+    reserved: str | None = None
+    reserve_pending: frozenset[str] = frozenset()
+    switched_keys: frozenset[str] = frozenset()
+    pre_switch: frozenset[str] = frozenset()
+    noted: frozenset[str] = frozenset()
+    group_exhausted: bool = False
+    sub_problem: str | None = None
+    output_problem: str | None = None
+    squatter: str | None = None
+    loaded: bool = False
+
+
+# ============================================================================ actions
+@dataclass(frozen=True)
+class PostEvent:
+    """Post a Kubernetes Event on the box (`type` Normal|Warning)."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Count:
+    """Count in a metric of `controller.metrics` (`metric` is its attribute name); `value` None = inc(),
+    else observe(value) (seconds)."""
+
+    metric: str
+    labels: tuple[str, ...]
+    value: float | None = None
+
+
+@dataclass(frozen=True)
+class PressKey:
+    """Press one tmux key (e.g. "Escape") in a pane."""
+
+    tab: str
+    pane: str
+    key: str
+
+
+@dataclass(frozen=True)
+class PrintNotice:
+    """Print a line of text on a tab's terminal."""
+
+    tab: str
+    pane: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RemoveLogin:
+    """Remove the agent's login file from the box (the reserve stop)."""
+
+
+@dataclass(frozen=True)
+class ClearAnnotation:
+    """Remove an annotation from the box (a consumed request)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class ReadUsage:
+    """Blocking: re-read the usage of subscription `subscription`, no older than `max_age_s` seconds.
+    Result: `UsageRead`."""
+
+    subscription: str
+    max_age_s: float
+    tabs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class InstallLogin:
+    """Blocking: install the login of `subscription` (box Secret and the agent's live file).
+    Result: `Done` (ok False when its login Secret is missing or invalid). `why`: "restore" | "complete"."""
+
+    subscription: str
+    why: str
+
+
+@dataclass(frozen=True)
+class SwitchSubscription:
+    """Blocking: move the box from `old` to `new`, journaled in status.switch: stop the agents of `stop`
+    (tab, pane) with the adapter's interrupt keys, install the new login, record the new subscription.
+    Result: `Done` (ok False when the new login is unusable: nothing changed)."""
+
+    old: str | None
+    new: str
+    reason: str
+    trigger: str
+    limited: tuple[str, ...]
+    stop: tuple[tuple[str, str], ...]
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class SendContinue:
+    """Blocking: type the continue text in every pane of `tabs` ((tab, pane) pairs) in one call, then Enter
+    in a second. Journaled: each tab's record holds its journal (written ahead). Result: a tuple of
+    `Performed`, one per tab."""
+
+    tabs: tuple[tuple[str, str], ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class RunJournal:
+    """Blocking: perform `journal` in one tab from its current step (written ahead step by step): a
+    restart-and-continue, a menu answer, a continue, or one left unfinished. `why` is what the result
+    answers: "resume" | "menu" | "recover" | "restore". Result: `Performed`."""
+
+    tab: str
+    pane: str
+    journal: Journal
+    why: str
+    for_recovery: str = ""
+
+
+@dataclass(frozen=True)
+class UsageRead:
+    """Result of `ReadUsage`: the usage (None when unreadable) and the instant it was read (UTC)."""
+
+    usage: Usage | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Performed:
+    """Result of a journaled action on one tab: it moved on (`ok`), what was done, when it ended (UTC)."""
+
+    tab: str
+    ok: bool
+    how: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Done:
+    """Result of `InstallLogin` / `SwitchSubscription`."""
+
+    ok: bool
+
+
+Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, ReadUsage, InstallLogin,
+            SwitchSubscription, SendContinue, RunJournal]
+BLOCKING = (ReadUsage, InstallLogin, SwitchSubscription, SendContinue, RunJournal)
+"""Actions whose result the decision needs (`Observation.results`)."""
+JOURNALED = (SendContinue, RunJournal)
+"""Actions whose tab journals are written to status before their first key."""
+
+
+@dataclass(frozen=True)
+class BoxStatus:
+    """What the watcher writes to status once per pass.
+
+    Attributes:
+        fields: status fields (camelCase), written as they are.
+        conditions: the conditions the watcher sets (types of `WATCHER_CONDITIONS`), merged by type.
+        guard_ready: Ready is replaced only while the stored one has a reason of `READY_REASONS`.
+        gauges: metric name -> value (tabs needing a human, tabs limited, group exhausted).
+    """
+
+    fields: Mapping[str, Any]
+    conditions: tuple[dict[str, Any], ...]
+    guard_ready: bool = True
+    gauges: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BoxDecision:
+    """The outcome of `decide`.
+
+    Attributes:
+        actions: what to do, in order (the executor skips the prefix it already performed).
+        memory: the memory after this pass (tab records included).
+        status: what to write (None: nothing to write this pass).
+        wake_at: per tab, when to look again (UTC; None = the regular scan).
+        complete: False while a blocking action waits for its result (call `decide` again with it).
+    """
+
+    actions: tuple[Act, ...]
+    memory: Memory
+    status: BoxStatus | None
+    wake_at: tuple[datetime | None, ...] = ()
+    complete: bool = True
+
+    @property
+    def tab_records(self) -> Mapping[str, TabRecord]:
+        """The tab records after this pass."""
+        return self.memory.records
+
+
+@dataclass(frozen=True)
+class DecideConfig:
+    """Tunables of the decision (seconds); `resume` is `controller.domain.resume.ResumeConfig`."""
+
+    resume: ResumeConfig = field(default_factory=ResumeConfig)
+
+
+# ============================================================================ status parsing
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 instant as UTC; None when absent or unreadable."""
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+    except (ValueError, OverflowError):  # year 9999 at -12:00 is year 10000 in UTC
+        return None
+
+
+def journal_from_status(data: Any) -> Journal | None:
+    """Rebuild a Journal from status.tabs[].journal; None when absent or unreadable (then nothing is resumed
+    from it: an unreadable journal never sends keys)."""
+    if not isinstance(data, dict):
+        return None
+    try:
+        started = parse_time(data.get("startedAt"))
+        step_at = parse_time(data.get("stepAt")) or started
+        if started is None or step_at is None:
+            return None
+        return Journal(JournalAction(data.get("action")), Step(data.get("step")), started, step_at,
+                       data.get("forKey"), data.get("text"), int(data.get("recoveries") or 0))
+    except (ValueError, TypeError):
+        return None
+
+
+def journal_to_status(journal: Journal | None) -> dict[str, Any] | None:
+    """status.tabs[].journal of a Journal (camelCase, no None values)."""
+    if journal is None:
+        return None
+    out = {"action": journal.action.value, "step": journal.step.value, "startedAt": rfc3339(journal.started_at),
+           "stepAt": rfc3339(journal.step_at), "forKey": journal.for_key, "text": journal.text,
+           "recoveries": journal.recoveries or None}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def record_from_status(tab: dict[str, Any]) -> TabRecord:
+    """Rebuild a TabRecord from a status.tabs[] entry (controller restart)."""
+    try:
+        phase = Phase(tab.get("state") or "Unknown")
+    except ValueError:
+        phase = Phase.UNKNOWN
+    return TabRecord(
+        name=tab.get("name", ""), phase=phase, limit_key=tab.get("limitKey"),
+        resets_at=parse_time(tab.get("resetsAt")), resume_at=parse_time(tab.get("resumeAt")),
+        detected_by=tab.get("detectedBy"), message=tab.get("message"), sent_for=tab.get("sentFor"),
+        sent_at=parse_time(tab.get("sentAt")), attempts=int(tab.get("attempts") or 0),
+        last_input_at=parse_time(tab.get("lastInputAt")), stopped_by_reserve=bool(tab.get("stoppedByReserve")),
+        journal=journal_from_status(tab.get("journal")),
+    )
+
+
+def record_to_status(rec: TabRecord, tab_id: str | None) -> dict[str, Any]:
+    """status.tabs[] entry of a TabRecord (camelCase, no None values)."""
+    out = {
+        "name": rec.name, "id": tab_id, "state": rec.phase.value,
+        "resetsAt": rfc3339(rec.resets_at), "resumeAt": rfc3339(rec.resume_at),
+        "detectedBy": rec.detected_by, "message": bounded(rec.message, STATUS_MESSAGE_MAX) if rec.message else None,
+        "lastInputAt": rfc3339(rec.last_input_at),
+        "limitKey": rec.limit_key, "sentFor": rec.sent_for, "sentAt": rfc3339(rec.sent_at),
+        "attempts": rec.attempts, "stoppedByReserve": rec.stopped_by_reserve or None,
+        "journal": journal_to_status(rec.journal),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def memory_from_status(status: Mapping[str, Any], spec_subscription: str | None) -> Memory:
+    """The memory a (re)started watcher begins with: tab records, the subscription and the reserve stop
+    line as the last controller wrote them to status."""
+    tabs = [t for t in status.get("tabs") or [] if isinstance(t, dict) and t.get("name")]
+    reserved = next((c for c in status.get("conditions") or []
+                     if c.get("type") == C.COND_RESERVED and c.get("status") == "True"), None)
+    return Memory(
+        records={t["name"]: record_from_status(t) for t in tabs},
+        tab_ids={t["name"]: t.get("id", "") for t in tabs},
+        current=status.get("subscription") or spec_subscription,
+        reserved=reserved.get("message") if reserved else None,
+        loaded=True,
+    )
+
+
+def candidate_from(sub: Mapping[str, Any]) -> Candidate:
+    """Rotation's view of a Subscription object (spec.provider and status)."""
+    status = sub.get("status") or {}
+    windows = status.get("windows") or {}
+    five, week = windows.get("fiveHour") or {}, windows.get("weekly") or {}
+    until = parse_time(status.get("reservedUntil"))
+    if status.get("state") == "Exhausted":
+        resets = [parse_time(w.get("resetsAt")) for w in (five, week)
+                  if (w.get("utilization") or 0) >= 100 and w.get("resetsAt")]
+        until = max((r for r in resets if r), default=None)
+    return Candidate(
+        name=sub["metadata"]["name"], provider=(sub.get("spec") or {}).get("provider", ""),
+        state=status.get("state") or "Unknown", five_hour=five.get("utilization"), weekly=week.get("utilization"),
+        five_hour_reset=parse_time(five.get("resetsAt")), until=until,
+    )
+
+
+def reserve_from(sub: Mapping[str, Any]) -> Reserve:
+    """spec.reserve of a Subscription object (missing values are 0)."""
+    reserve = (sub.get("spec") or {}).get("reserve") or {}
+    return Reserve(reserve.get("fiveHourPercent") or 0, reserve.get("weeklyPercent") or 0)
+
+
+# ============================================================================ decide
+class _Blocked(Exception):
+    """A blocking action has no result yet: the decision stops here."""
+
+
+class _Pass:
+    """The working state of one `decide` call (not exported: `decide` is the interface)."""
+
+    def __init__(self, obs: Observation, mem: Memory, now: datetime, cfg: DecideConfig) -> None:
+        self.obs, self.now, self.cfg = obs, now, cfg
+        self.actions: list[Act] = []
+        self.records: dict[str, TabRecord] = dict(mem.records)
+        self.mem = mem
+        self.wake: dict[str, datetime | None] = {}
+
+    # ---------------------------------------------------------------- helpers
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.actions.append(PostEvent(type_, reason, message))
+
+    def count(self, metric: str, *labels: str, value: float | None = None) -> None:
+        self.actions.append(Count(metric, tuple(labels), value))
+
+    def ask(self, action: Act) -> Any:
+        """Emit a blocking action; its result when it was performed, else stop the decision here."""
+        self.actions.append(action)
+        if action in self.obs.results:
+            return self.obs.results[action]
+        raise _Blocked
+
+    def ask_all(self, actions: list[Act]) -> list[Any]:
+        """Emit several blocking actions performed together; their results, or stop after all of them."""
+        self.actions.extend(actions)
+        if all(a in self.obs.results for a in actions):
+            return [self.obs.results[a] for a in actions]
+        raise _Blocked
+
+    def note(self, key: str) -> bool:
+        """True the first time `key` is noted (one Event per episode)."""
+        if key in self.mem.noted:
+            return False
+        self.mem = replace(self.mem, noted=self.mem.noted | {key})
+        return True
+
+    def unnote(self, key: str) -> None:
+        self.mem = replace(self.mem, noted=self.mem.noted - {key})
+
+    def rec(self, name: str) -> TabRecord:
+        return self.records.get(name) or TabRecord(name)
+
+    def ignore(self, source: str, reason: str, messages: list[str] | tuple[str, ...]) -> None:
+        """Record the invalid inputs of one source for InputIgnored; a Warning for each new message."""
+        ignored = dict(self.mem.ignored)
+        before = ignored.get(source, (reason, ()))[1]
+        for msg in messages:
+            if msg not in before:
+                self.event("Warning", reason, msg)
+        if messages:
+            ignored[source] = (reason, tuple(dict.fromkeys(messages)))
+        else:
+            ignored.pop(source, None)
+        self.mem = replace(self.mem, ignored=ignored)
+
+    def safe(self, tab: TabView) -> bool:
+        """The rules of resume: no recent human typing, no prompt or menu, no half-typed line."""
+        last = tab.last_input_at
+        if last and (self.now - last).total_seconds() < self.cfg.resume.human_idle_s:
+            return False
+        det = tab.detection
+        return not (det.state == TabState.AWAITING_INPUT or det.prompt_text)
+
+    def resume_journal(self, for_key: str | None) -> Journal:
+        box = self.obs.box
+        action = JournalAction.RESTART if box.restarts else JournalAction.CONTINUE
+        return start_journal(action, self.now, for_key, box.continue_text)
+
+
+def decide(obs: Observation, memory: Memory, now: datetime, cfg: DecideConfig | None = None) -> BoxDecision:
+    """Decide one pass for one box.
+
+    Args:
+        obs: what this pass observed, with the results of the blocking actions already performed.
+        memory: the memory at the start of the pass (the same for every call of one pass).
+        now: the pass's instant (UTC, tz-aware; the same for every call of one pass).
+        cfg: tunables.
+    Returns:
+        A `BoxDecision`. While `complete` is False the last action(s) wait for a result: perform the
+        actions not yet performed, add the results to `obs.results` and call again.
+    """
+    p = _Pass(obs, memory, now, cfg or DecideConfig())
+    complete = True
+    try:
+        status = _decide(p)
+    except _Blocked:
+        complete, status = False, None
+    mem = replace(p.mem, records=p.records)
+    if status is None and not complete:
+        status = _watched_status(p)  # what the journals are written ahead with
+    return BoxDecision(tuple(p.actions), mem, status, tuple(p.wake.values()), complete)
+
+
+def _decide(p: _Pass) -> BoxStatus | None:
+    obs = p.obs
+    if not obs.pod_owned:
+        return _not_owned(p)
+    p.mem = replace(p.mem, squatter=None)
+    if not obs.box.watched:
+        # Limit features are off for this agent: Ready still needs the running container and its session.
+        if obs.pod is None:
+            return None  # no pod yet: the reconcile owns Ready
+        return _ready_status(p, obs.pod, obs.session if obs.pod.running else None, watched=False)
+    if obs.pod is None:
+        return None
+    if not obs.pod.running:
+        return _ready_status(p, obs.pod, None)
+    for source, (reason, messages) in obs.input_problems.items():
+        p.ignore(source, reason, messages)
+    if obs.capture_problem is not None:
+        reason, message = obs.capture_problem
+        if reason == C.R_BOX_OUTPUT_TOO_LARGE:
+            if p.mem.output_problem != message:
+                p.mem = replace(p.mem, output_problem=message)
+                p.event("Warning", C.R_BOX_OUTPUT_TOO_LARGE, message)
+            return _tabs_status(p, obs, problem=(reason, message))
+        return _tabs_status(p, obs, problem=(reason, message), session=False)
+    if obs.tabs is None:
+        return None  # the exec failed: the next scan tries again
+    p.mem = replace(p.mem, output_problem=None, tab_ids={**p.mem.tab_ids, **{t.name: t.id for t in obs.tabs}})
+
+    annotations = _annotations(p)
+    dets = {t.name: t.detection for t in obs.tabs}
+    if obs.pending_switch is not None and obs.pending_switch.get("to"):
+        dets = _complete_switch(p, dets)
+    _rotation(p, dets)
+    _reserve(p, dets)
+    resume_on = obs.box.resume_after_reset and not p.mem.reserved
+    _plan_tabs(p, dets, annotations, resume_on)
+    live = {t.name for t in obs.tabs}
+    p.records = {k: v for k, v in p.records.items() if k in live}
+    p.mem = replace(p.mem, seen={k: v for k, v in p.mem.seen.items() if k in live},
+                    tab_ids={k: v for k, v in p.mem.tab_ids.items() if k in live})
+    if C.ANNOTATION_RESUME_NOW in annotations:
+        p.actions.append(ClearAnnotation(C.ANNOTATION_RESUME_NOW))
+    return _watched_status(p)
+
+
+def _watched_status(p: _Pass) -> BoxStatus:
+    problem = (C.R_SUBSCRIPTION_NOT_FOUND, p.mem.sub_problem) if p.mem.sub_problem else None
+    return _tabs_status(p, p.obs, problem=problem)
+
+
+# ---------------------------------------------------------------------------- annotations
+def _annotations(p: _Pass) -> dict[str, str]:
+    """The box's annotations, without a resume-at that is not an instant within 31 days (reported as
+    InvalidAnnotation naming it) or that was already acted upon (one request, one resume)."""
+    annotations = dict(p.obs.annotations)
+    raw = annotations.get(C.ANNOTATION_RESUME_AT)
+    problems: list[str] = []
+    if raw is not None:
+        at = parse_time(raw)
+        if at is None or plausible_reset(at, p.now) is None:
+            problems.append(f"metadata.annotations[{C.ANNOTATION_RESUME_AT}]: {raw[:64]!r} is not an RFC 3339 "
+                            "instant within 31 days of now; ignored")
+        if problems or raw == p.mem.resume_at_done:
+            annotations.pop(C.ANNOTATION_RESUME_AT)
+    p.ignore("annotations", C.R_INVALID_ANNOTATION, problems)
+    return annotations
+
+
+def _apply_annotations(p: _Pass, plan: TabPlan, det: Detection, annotations: Mapping[str, str]) -> TabPlan:
+    rec = plan.record
+    stalled = rec.phase == Phase.NEEDS_ATTENTION and rec.limit_key == "stalled"
+    if not stalled and (rec.phase not in (Phase.RATE_LIMITED, Phase.NEEDS_ATTENTION)
+                        or det.state != TabState.RATE_LIMITED):
+        return plan
+    if annotations.get(C.ANNOTATION_CANCEL_RESUME, "").lower() == "true":
+        return TabPlan(replace(rec, resume_at=None, message="Scheduled resume cancelled by annotation "
+                               f"{C.ANNOTATION_CANCEL_RESUME}"))
+    at: datetime | None = None
+    if C.ANNOTATION_RESUME_NOW in annotations:
+        at = p.now
+    elif C.ANNOTATION_RESUME_AT in annotations:
+        at = parse_time(annotations[C.ANNOTATION_RESUME_AT])
+    if at is None:
+        return plan
+    rec = replace(rec, phase=Phase.RATE_LIMITED, resume_at=at, sent_for=None, attempts=0,
+                  message=f"Resume requested by annotation for {at:%H:%M:%S} UTC")
+    if at > p.now:
+        return TabPlan(rec, wake_at=at)
+    if C.ANNOTATION_RESUME_AT in annotations and C.ANNOTATION_RESUME_NOW not in annotations:
+        p.mem = replace(p.mem, resume_at_done=annotations[C.ANNOTATION_RESUME_AT])  # once, not every pass
+    if stalled:
+        p.mem = replace(p.mem, seen={k: v for k, v in p.mem.seen.items() if k != rec.name})
+    return TabPlan(replace(rec, resets_at=None), action=PlanAction.CHECK_USAGE, event="ResumeRequested")
+
+
+# ---------------------------------------------------------------------------- switches and rotation
+def _usage_limited(det: Detection) -> bool:
+    return det.state == TabState.RATE_LIMITED and det.kind in (LimitKind.USAGE, LimitKind.CREDITS)
+
+
+def _resume_on_new(p: _Pass, tab: str, det: Detection, new: str) -> None:
+    """Answer a tab's limit event by the switch to `new`: the key is marked switched (never a trigger
+    again) and the tab is resumed now by the normal flow, on the new login."""
+    key = limit_key(det)
+    p.mem = replace(p.mem, switched_keys=p.mem.switched_keys | {key})
+    p.records[tab] = replace(
+        p.rec(tab), phase=Phase.RATE_LIMITED, limit_key=key, resets_at=None, resume_at=p.now, sent_for=None,
+        window=None, auto_continue=False, detected_by=det.detected_by,
+        message=f"Switched to {new}; resuming", attempts=0)
+
+
+def _complete_switch(p: _Pass, dets: dict[str, Detection]) -> dict[str, Detection]:
+    """Finish a switch a previous controller left in status.switch: install the new login (idempotent),
+    move the box, and mark the tabs it had stopped as due on the new subscription. A tab it had already
+    stopped sits at the shell: it is given the remembered limit so the normal resume relaunches it."""
+    sw = p.obs.pending_switch or {}
+    to = str(sw.get("to"))
+    done: Done = p.ask(InstallLogin(to, "complete"))
+    if not done.ok:
+        p.event("Warning", "SwitchFailed", f"Cannot finish the switch to {to}: its login Secret is missing or invalid")
+        return dets
+    p.mem = replace(p.mem, current=to)
+    wanted = set(sw.get("tabs") or [])
+    out = dict(dets)
+    for tab in p.obs.tabs or ():
+        if tab.name not in wanted:
+            continue
+        det = dets[tab.name]
+        if det.state != TabState.RATE_LIMITED:
+            if det.state == TabState.WORKING:
+                continue
+            det = Detection(TabState.RATE_LIMITED, LimitKind.USAGE, None, None, prompt_text="",
+                            evidence=f"stopped to switch to {to}", detected_by="switch")
+            out[tab.name] = det
+        key = limit_key(det)
+        p.mem = replace(p.mem, switched_keys=p.mem.switched_keys | {key})
+        p.records[tab.name] = replace(
+            p.rec(tab.name), phase=Phase.RATE_LIMITED, limit_key=key, resets_at=None, resume_at=p.now,
+            sent_for=None, window=None, auto_continue=False, detected_by=det.detected_by, journal=None,
+            message=f"Switched to {to}; resuming", attempts=0)
+    p.event("Normal", "Switched", f"Switched from {sw.get('fromSubscription')} to {to}: "
+            f"{sw.get('reason') or 'rotation'} (completed after a controller restart)")
+    return out
+
+
+def _rotation(p: _Pass, dets: dict[str, Detection]) -> None:
+    """Rotation: leave the current subscription on a trigger for the best usable one of the group."""
+    obs, box = p.obs, p.obs.box
+    subs = list(obs.subscriptions or ())
+    current = p.mem.current or box.subscription or ""
+    cur = next((c for c in subs if c.name == current), None)
+    # The first limit line a tab shows after a switch, before it was seen working again, was printed on
+    # the old subscription: it is answered by that switch, not counted as the new subscription's limit.
+    for name in sorted(p.mem.pre_switch):
+        det = dets.get(name)
+        if det is None or det.state in (TabState.WORKING, TabState.IDLE):
+            p.mem = replace(p.mem, pre_switch=p.mem.pre_switch - {name})
+        elif _usage_limited(det):
+            p.mem = replace(p.mem, pre_switch=p.mem.pre_switch - {name})
+            if limit_key(det) not in p.mem.switched_keys:
+                _resume_on_new(p, name, det, current)
+    fresh_limit = any(_usage_limited(d) and limit_key(d) not in p.mem.switched_keys for d in dets.values())
+    p.mem = replace(p.mem, group_exhausted=False, sub_problem=None)
+    if cur is None and not box.rotation:
+        problem = (f"Subscription {current!r} was deleted or is missing; the box cannot be resumed "
+                   "(set spec.subscription to another one, or enable rotation)")
+        p.mem = replace(p.mem, sub_problem=problem)
+        if p.note(f"missing-{current}"):
+            p.event("Warning", C.R_SUBSCRIPTION_NOT_FOUND, problem)
+    if not box.rotation:
+        p.mem = replace(p.mem, next_sub=None)
+        return
+    members = group_members(box.rotation_group, [*box.rotation_selected, box.subscription or ""], box.provider, subs)
+    nxt = choose_next(current, members)
+    leave = must_leave(cur, fresh_limit)
+    if leave.leave and nxt is not None:
+        tabs = obs.tabs or ()
+        limited = [t for t in tabs if _usage_limited(dets[t.name])]
+        stop = tuple((t.name, t.pane) for t in limited if box.stop_to_switch and p.safe(replace(t, detection=dets[t.name])))
+        done: Done = p.ask(SwitchSubscription(current or None, nxt.name, str(leave.reason), leave.trigger,
+                                              tuple(t.name for t in limited), stop, p.now))
+        if done.ok:
+            for t in limited:
+                _resume_on_new(p, t.name, dets[t.name], nxt.name)
+            # A tab not seen limited now may still show the old subscription's limit line on the next
+            # capture (printed just before the switch): that line is not a limit of the new one.
+            p.mem = replace(p.mem, current=nxt.name,
+                            pre_switch=frozenset(t.name for t in tabs) - {t.name for t in limited})
+            p.count("SWITCHES", "$ns", "$name", leave.trigger)
+            p.event("Normal", "Switched", f"Switched from {current or None} to {nxt.name}: {leave.reason}")
+            nxt = choose_next(nxt.name, members)
+        else:
+            p.event("Warning", "SwitchFailed", f"Cannot switch to {nxt.name}: its login Secret is missing or invalid")
+    elif leave.leave:
+        p.mem = replace(p.mem, group_exhausted=True)
+        first = first_to_reset(members, p.now)
+        msg = "Every subscription of the rotation group is exhausted; waiting" + (
+            f" for {first.name} to reset at {first.until:%H:%M} UTC" if first and first.until else "")
+        if p.note("group-exhausted"):
+            p.event("Warning", "RotationGroupExhausted", msg)
+    else:
+        p.unnote("group-exhausted")
+    p.mem = replace(p.mem, next_sub=nxt.name if nxt else None)
+
+
+# ---------------------------------------------------------------------------- the reserve
+def _reserve(p: _Pass, dets: dict[str, Detection]) -> None:
+    """The reserve: stop the box when its subscription is Reserved (unless rotation moved it away),
+    stop agents started since at most once, restore the login and resume the stopped tabs at the lift."""
+    current = p.mem.current or p.obs.box.subscription or ""
+    cur = next((c for c in p.obs.subscriptions or () if c.name == current), None)
+    if cur is not None and cur.state == "Reserved" and not p.mem.reserved:
+        _reserve_stop(p, dets, cur)
+    elif cur is not None and cur.state == "Reserved" and p.mem.reserve_pending:
+        _reserve_late_starters(p, dets)
+    elif p.mem.reserved and (cur is None or cur.state != "Reserved"):
+        _reserve_restore(p, dets)
+
+
+def _reserve_stop(p: _Pass, dets: dict[str, Detection], cur: Candidate) -> None:
+    """Esc to the agents, remove the box's login file, print the stop line in each tab."""
+    reserve = p.obs.reserves.get(cur.name, Reserve())
+    five, week = reserve.five_hour, reserve.weekly
+    if five and cur.five_hour is not None and cur.five_hour >= 100 - five:
+        line = f"Stopping to keep {_pct(five)}% of your 5-hour limit"
+    elif week:
+        line = f"Stopping to keep {_pct(week)}% of your weekly limit"
+    else:
+        line = "Stopping to keep the reserve of your limits"
+    until = f" (reserved until {cur.until:%Y-%m-%d %H:%M} UTC)" if cur.until else ""
+    tabs = p.obs.tabs or ()
+    p.mem = replace(p.mem, reserve_pending=frozenset(t.name for t in tabs if t.at_shell))
+    for tab in tabs:
+        if not tab.at_shell:
+            p.actions.append(PressKey(tab.name, tab.pane, "Escape"))
+        # Esc went to a running agent: it counts as stopped by the reserve (resumed at the lift) unless
+        # its screen showed it idle or waiting on a human. An agent that had not painted a recognisable
+        # screen yet (a box started on a reserved subscription) is Unknown, not idle.
+        busy = not tab.at_shell and dets[tab.name].state in (TabState.WORKING, TabState.RATE_LIMITED,
+                                                             TabState.UNKNOWN)
+        p.records[tab.name] = replace(p.rec(tab.name), stopped_by_reserve=busy)
+    p.actions.append(RemoveLogin())
+    for tab in tabs:
+        p.actions.append(PrintNotice(tab.name, tab.pane, f"agentbox: {line}{until}"))
+    p.mem = replace(p.mem, reserved=f"{line}{until}")
+    p.count("RESERVE_STOPS", "$ns", cur.name, "five_hour" if "5-hour" in line else "weekly")
+    p.event("Warning", "ReserveReached", f"{line} on {cur.name}{until}")
+
+
+def _pct(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _reserve_late_starters(p: _Pass, dets: dict[str, Detection]) -> None:
+    """An agent started in a tab that was at its shell when the reserve stopped the box gets the same Esc
+    once and is resumed at the lift like the others. Tabs already stopped are never pressed again."""
+    for tab in p.obs.tabs or ():
+        if tab.name not in p.mem.reserve_pending or tab.at_shell:
+            continue
+        if dets[tab.name].state not in (TabState.WORKING, TabState.UNKNOWN):
+            continue
+        p.mem = replace(p.mem, reserve_pending=p.mem.reserve_pending - {tab.name})
+        p.actions.append(PressKey(tab.name, tab.pane, "Escape"))
+        p.records[tab.name] = replace(p.rec(tab.name), stopped_by_reserve=True)
+
+
+def _reserve_restore(p: _Pass, dets: dict[str, Detection]) -> None:
+    """The reserve lifted (or the box moved): restore the login and resume the stopped tabs."""
+    current = p.mem.current or p.obs.box.subscription or ""
+    done: Done = p.ask(InstallLogin(current, "restore"))
+    if not done.ok:
+        return
+    p.mem = replace(p.mem, reserved=None, reserve_pending=frozenset())
+    p.event("Normal", "ReserveLifted", f"Reserve lifted on {p.mem.current}; login restored")
+    resumes: list[RunJournal] = []
+    for tab in p.obs.tabs or ():
+        rec = p.rec(tab.name)
+        if not rec.stopped_by_reserve:
+            continue
+        p.records[tab.name] = replace(rec, stopped_by_reserve=False)
+        view = replace(tab, detection=dets[tab.name])
+        if not p.obs.box.resume_after_reset or not p.safe(view):
+            continue
+        if dets[tab.name].state in (TabState.IDLE, TabState.RATE_LIMITED, TabState.UNKNOWN):
+            resumes.append(RunJournal(tab.name, tab.pane, p.resume_journal(None), "restore"))
+    if not resumes:
+        return
+    for action in resumes:
+        p.records[action.tab] = replace(p.records[action.tab], journal=action.journal)
+    results: list[Performed] = p.ask_all(list(resumes))
+    for action, res in zip(resumes, results):
+        p.records[action.tab] = replace(p.records[action.tab], journal=None)
+        p.event("Normal" if res.ok else "Warning", "Resumed" if res.ok else C.R_RESUME_FAILED,
+                f"Tab {action.tab}: {res.how} after the reserve lifted")
+
+
+# ---------------------------------------------------------------------------- tabs
+def _plan_tabs(p: _Pass, dets: dict[str, Detection], annotations: Mapping[str, str], resume_on: bool) -> None:
+    """Journals left unfinished first, then each tab's plan; menus answered; due tabs resumed together."""
+    tabs = p.obs.tabs or ()
+    cfg = p.cfg.resume
+    done: set[str] = set()
+    # Unfinished journals first (a controller stopped mid-action, or a pass that failed mid-way): each is
+    # completed from the step it reached, judged by the screen, before anything else.
+    recovering: list[tuple[TabView, RunJournal, str, str]] = []
+    for tab in tabs:
+        rec = p.records.get(tab.name)
+        if rec is None or rec.journal is None:
+            continue
+        done.add(tab.name)
+        action = _recover(p, tab, rec, dets[tab.name])
+        if action is not None:
+            recovering.append((tab, *action))
+    if recovering:
+        results: list[Performed] = p.ask_all([a for _, a, _, _ in recovering])
+        for (tab, action, what, reason), res in zip(recovering, results):
+            _recovered(p, tab, action, what, reason, res)
+
+    menus: list[tuple[TabView, RunJournal, TabPlan]] = []
+    due: list[TabView] = []
+    plans: dict[str, TabPlan] = {}
+    for tab in tabs:
+        if tab.name in done:
+            continue
+        det = dets[tab.name]
+        plan = plan_tab(p.rec(tab.name), det, tab.last_input_at, p.now, cfg, resume_on)
+        digest = hashlib.sha256(tab.screen.encode(errors="replace")).hexdigest()[:16]
+        seen = p.mem.seen.get(tab.name)
+        if seen is None or seen[0] != digest:
+            seen = (digest, p.now)
+            p.mem = replace(p.mem, seen={**p.mem.seen, tab.name: seen})
+        stalled = stall_plan(plan.record, det, seen[1], p.now, p.obs.stall_s, last_lines(tab.screen))
+        if stalled is not None:
+            plan = stalled
+        plan = _apply_annotations(p, plan, det, annotations)
+        _announce(p, tab.name, det, plan)
+        plans[tab.name] = plan
+        p.records[tab.name] = plan.record
+        p.wake[tab.name] = plan.wake_at
+        if plan.action == PlanAction.ANSWER_MENU and plan.menu_choice is not None:
+            journal = start_journal(JournalAction.ANSWER_MENU, p.now, plan.record.limit_key, str(plan.menu_choice))
+            p.records[tab.name] = replace(plan.record, journal=journal)
+            menus.append((tab, RunJournal(tab.name, tab.pane, journal, "menu"), plan))
+        elif plan.action == PlanAction.CHECK_USAGE:
+            due.append(tab)
+    if menus:
+        results = p.ask_all([a for _, a, _ in menus])
+        for (tab, action, plan), res in zip(menus, results):
+            choice = action.journal.text
+            p.event("Normal", "AnsweredLimitMenu",
+                    f"Tab {tab.name}: chose option {choice} 'Stop and wait for limit to reset'"
+                    + ("" if res.ok else " (screen did not change)"))
+            p.records[tab.name] = replace(plan.record, journal=None)
+            p.wake[tab.name] = p.now + timedelta(seconds=1)
+    if due:
+        _resume_due(p, due)
+
+
+def _announce(p: _Pass, tab: str, det: Detection, plan: TabPlan) -> None:
+    """The Event (and metric) of a plan that entered a state worth announcing."""
+    rec = plan.record
+    if plan.event == "LimitDetected":
+        p.count("DETECTIONS", "$ns", p.obs.box.agent, (det.detected_by or "").split(":")[0],
+                det.kind.value if det.kind else "")
+        when = f"resets {rfc3339(det.resets_at)}" if det.resets_at else "no reset time on screen"
+        nxt = rec.message or "the reset has passed; checking the subscription's usage now"
+        p.event("Normal", "LimitDetected", f"Tab {tab}: usage limit ({when}); {nxt}")
+    elif plan.event in ("ResumeNotTakingEffect", "PromptNotEmpty", "OutOfCredits", "NeedsAttention", "Stalled"):
+        p.event("Warning", plan.event, f"Tab {tab}: {rec.message}")
+    elif plan.event == "LimitCameBack":
+        p.event("Normal", "LimitCameBack", f"Tab {tab}: {rec.message}")
+
+
+_WHAT = {JournalAction.CONTINUE: "the continue", JournalAction.RESTART: "the restart and continue",
+         JournalAction.ANSWER_MENU: "the menu answer"}
+
+
+def _recover(p: _Pass, tab: TabView, rec: TabRecord, det: Detection) -> tuple[RunJournal, str, str] | None:
+    """Judge an unfinished journal by the screen (`recovery_step`): abandon it, record it done, or
+    return the action that completes it (with what it was and why)."""
+    journal = rec.journal
+    assert journal is not None
+    verdict = recovery_step(journal, det, tab.at_shell, tab.last_input_at)
+    settle = p.now + timedelta(seconds=p.cfg.resume.settle_s)
+    what = _WHAT[journal.action]
+    p.count("JOURNAL_RECOVERIES", journal.action.value, journal.step.value, verdict.outcome)
+    sent = journal.action != JournalAction.ANSWER_MENU
+    if verdict.outcome == "abandon":
+        if verdict.attention:
+            event = "PromptNotEmpty" if "prompt holds" in verdict.reason else "NeedsAttention"
+            p.event("Warning", event, f"Tab {tab.name}: {what} was interrupted; {verdict.reason}")
+            p.records[tab.name] = replace(rec, journal=None, phase=Phase.NEEDS_ATTENTION, resume_at=None,
+                                          message=f"{what.capitalize()} was interrupted; {verdict.reason}")
+            p.wake[tab.name] = None
+            return None
+        p.records[tab.name] = replace(rec, journal=None, message=f"{what.capitalize()} was interrupted; {verdict.reason}")
+        p.wake[tab.name] = settle
+        return None
+    if verdict.outcome == "done":
+        if sent:
+            p.event("Normal", "Resumed", f"Tab {tab.name}: {what} took effect before the controller restarted "
+                    f"({verdict.reason})")
+        p.records[tab.name] = replace(rec, journal=None, message=f"Resumed: {verdict.reason}" if sent else rec.message)
+        p.wake[tab.name] = settle
+        return None
+    assert verdict.step is not None
+    journal = replace(journal, recoveries=journal.recoveries + 1).at(verdict.step, p.now)
+    p.records[tab.name] = replace(rec, journal=journal)
+    return RunJournal(tab.name, tab.pane, journal, "recover", verdict.reason), what, verdict.reason
+
+
+def _recovered(p: _Pass, tab: TabView, action: RunJournal, what: str, reason: str, res: Performed) -> None:
+    rec = replace(p.records[tab.name], journal=None)
+    settle = p.now + timedelta(seconds=p.cfg.resume.settle_s)
+    if action.journal.action == JournalAction.ANSWER_MENU:
+        p.records[tab.name] = rec
+        p.wake[tab.name] = p.now + timedelta(seconds=1)
+        return
+    p.count("RESUMES", "$ns", "$name", p.obs.box.agent, "ok" if res.ok else "no_effect")
+    if res.ok:
+        p.event("Normal", "Resumed", f"Tab {tab.name}: {res.how} after the usage limit reset "
+                f"(completed after a controller restart: {reason})")
+        p.records[tab.name] = replace(rec, phase=Phase.RESUMING, sent_for=action.journal.for_key or rec.sent_for,
+                                      sent_at=res.at, message=f"Resumed: {res.how}")
+        p.wake[tab.name] = settle
+        return
+    p.event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {res.how}")
+    p.records[tab.name] = replace(rec, phase=Phase.NEEDS_ATTENTION, message=f"{res.how}; a human should look")
+    p.wake[tab.name] = None
+
+
+def _resume_due(p: _Pass, due: list[TabView]) -> None:
+    """Resume every due tab together: one usage read, one write-ahead of every journal, then the keys:
+    agents that only need `continue` get it in one batched call; agents that restart are restarted
+    concurrently."""
+    box = p.obs.box
+    current = p.mem.current or box.subscription or ""
+    max_age = p.obs.usage_max_age_s
+    for tab in due:
+        resets = p.records[tab.name].resets_at
+        if resets is not None:
+            max_age = min(max_age, max(0.0, (p.now - resets).total_seconds()))
+    read: UsageRead = p.ask(ReadUsage(current, max_age, tuple(t.name for t in due)))
+    now = read.at
+    sending: list[TabView] = []
+    for tab in due:
+        rec = p.records[tab.name]
+        nxt = after_usage(rec, usage_verdict(read.usage, rec.window, now), now, p.cfg.resume)
+        p.records[tab.name] = nxt.record
+        p.wake[tab.name] = nxt.wake_at
+        if nxt.record.phase == Phase.RESUMING:
+            p.count("DEADLINE_LAG", value=max(0.0, (now - (rec.resume_at or now)).total_seconds()))
+            sending.append(tab)
+        elif nxt.event == "ResetNotYet":
+            p.event("Normal", "ResetNotYet", f"Tab {tab.name}: {nxt.record.message}")
+    if not sending:
+        return
+    # Write-ahead: every tab is marked as being resumed for its limit event, with the journal of the action
+    # at its first step, before any key is sent. A controller restarted mid-way completes the journal from
+    # the step it reached (never twice, never zero).
+    for tab in sending:
+        rec = p.records[tab.name]
+        p.records[tab.name] = replace(rec, journal=replace(p.resume_journal(rec.sent_for), started_at=now,
+                                                           step_at=now))
+    if box.restarts:
+        actions = [RunJournal(t.name, t.pane, p.records[t.name].journal, "resume") for t in sending]  # type: ignore[arg-type]
+        results: list[Performed] = p.ask_all(list(actions))
+    else:
+        outcome: tuple[Performed, ...] = p.ask(SendContinue(tuple((t.name, t.pane) for t in sending),
+                                                            box.continue_text))
+        results = list(outcome)
+    for tab, res in zip(sending, results):
+        p.count("RESUMES", "$ns", "$name", box.agent, "ok" if res.ok else "no_effect")
+        rec = replace(p.records[tab.name], journal=None)
+        if res.ok:
+            p.event("Normal", "Resumed", f"Tab {tab.name}: {res.how} after the usage limit reset")
+            p.records[tab.name] = replace(rec, message=f"Resumed: {res.how}")
+        else:
+            p.event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {res.how}")
+            p.records[tab.name] = replace(rec, phase=Phase.NEEDS_ATTENTION, message=f"{res.how}; a human should look")
+            p.wake[tab.name] = None
+
+
+# ---------------------------------------------------------------------------- status and conditions
+def _conds(p: _Pass) -> list[dict[str, Any]]:
+    return [dict(c) for c in p.obs.conditions]
+
+
+def _pod_date(p: _Pass, conds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """PodOutOfDate: True while the pod predates spec.template; False once it was set and is current."""
+    gen = p.obs.generation
+    if p.obs.out_of_date:
+        return set_condition(conds, C.COND_POD_OUT_OF_DATE, True, C.R_TEMPLATE_CHANGED, p.obs.out_of_date, p.now, gen)
+    if any(c.get("type") == C.COND_POD_OUT_OF_DATE for c in conds):
+        return set_condition(conds, C.COND_POD_OUT_OF_DATE, False, C.R_UP_TO_DATE,
+                             "The pod was built from the current spec.template", p.now, gen)
+    return conds
+
+
+def _ready(p: _Pass, conds: list[dict[str, Any]], view: ContainerView, session: bool | None,
+           watched: bool = True) -> list[dict[str, Any]]:
+    """Ready: True only when the box container runs and the tmux session exists (`session` None: not
+    checked, the condition is left as it is when the container runs). A Ready the reconcile set for a
+    reason of its own (not `READY_REASONS`) is kept."""
+    conds = _pod_date(p, conds)
+    current = next((c for c in conds if c.get("type") == C.COND_READY), None)
+    if current and current.get("reason") not in READY_REASONS:
+        return conds
+    gen = p.obs.generation
+    if not view.running:
+        return set_condition(conds, C.COND_READY, False, view.reason, view.message, p.now, gen)
+    if session is False:
+        return set_condition(conds, C.COND_READY, False, C.R_SESSION_MISSING,
+                             f"Container running but it has no tmux session '{C.TMUX_SESSION}' (the image's "
+                             "entrypoint starts it; see docs/troubleshooting.md)", p.now, gen)
+    if session is None:
+        return conds
+    return set_condition(conds, C.COND_READY, True, C.R_RECONCILED,
+                         "Pod running; tabs are watched" if watched
+                         else "Pod running (limit features are off for this agent)", p.now, gen)
+
+
+def _owned(conds: list[dict[str, Any]], types: tuple[str, ...] = WATCHER_CONDITIONS) -> tuple[dict[str, Any], ...]:
+    return tuple(c for c in conds if c.get("type") in types)
+
+
+def _not_owned(p: _Pass) -> BoxStatus:
+    """A squatting pod: Ready=False PodNotOwned (kept until the pod is the box's again), one Warning per
+    appearance; no exec, no login push."""
+    msg = p.obs.not_owned
+    conds = set_condition(_conds(p), C.COND_READY, False, POD_NOT_OWNED, msg, p.now, p.obs.generation)
+    if p.mem.squatter != msg:
+        p.mem = replace(p.mem, squatter=msg)
+        current = next((c for c in p.obs.conditions if c.get("type") == C.COND_READY), {})
+        if current.get("reason") != POD_NOT_OWNED:
+            p.event("Warning", POD_NOT_OWNED, msg)
+    return BoxStatus({"state": "Error"}, _owned(conds, (C.COND_READY,)), guard_ready=False)
+
+
+def _ready_status(p: _Pass, view: ContainerView, session: bool | None, watched: bool = True) -> BoxStatus:
+    """Only Ready (and PodOutOfDate) and the box state: boxes whose tabs are not watched, or containers
+    that do not run."""
+    conds = _ready(p, _conds(p), view, session, watched)
+    state = p.obs.state
+    ready = next((c for c in conds if c.get("type") == C.COND_READY), {})
+    if state != "Error" and ready.get("reason") in READY_REASONS:
+        state = ("Running" if ready.get("status") == "True"
+                 else "NeedsAttention" if ready.get("reason") == C.R_SESSION_MISSING else "Pending")
+    return BoxStatus({"state": state}, _owned(conds, (C.COND_READY, C.COND_POD_OUT_OF_DATE)))
+
+
+def _tabs_status(p: _Pass, obs: Observation, problem: tuple[str, str] | None = None,
+                 session: bool = True) -> BoxStatus:
+    """status.tabs, state, resumeAt, subscription, nextSubscription and the watcher's conditions."""
+    records = list(p.records.values())
+    limited = [r for r in records if r.phase in (Phase.RATE_LIMITED, Phase.RESUMING)]
+    attention = [r for r in records if r.phase == Phase.NEEDS_ATTENTION]
+    resume_ats = [r.resume_at for r in records if r.resume_at]
+    now, gen, mem = p.now, obs.generation, p.mem
+    conds = _ready(p, _conds(p), ContainerView(True, "ContainerRunning", ""), session)
+    if limited:
+        conds = set_condition(conds, C.COND_RATE_LIMITED, True, C.R_WAITING_FOR_RESET,
+                              f"{len(limited)} tab(s) wait for a usage reset", now, gen)
+    else:
+        conds = set_condition(conds, C.COND_RATE_LIMITED, False, C.R_NONE_LIMITED, "No tab is rate limited", now, gen)
+    if attention or problem:
+        msg = problem[1] if problem else "; ".join(f"tab {r.name}: {r.message}" for r in attention)
+        reason = C.R_RESUME_FAILED if attention else problem[0]  # type: ignore[index]
+        conds = set_condition(conds, C.COND_NEEDS_ATTENTION, True, reason, msg, now, gen)
+    else:
+        conds = set_condition(conds, C.COND_NEEDS_ATTENTION, False, C.R_ALL_CLEAR, "No tab needs a human", now, gen)
+    if mem.ignored:
+        first = next(iter(mem.ignored.values()))[0]
+        conds = set_condition(conds, C.COND_INPUT_IGNORED, True, first,
+                              "; ".join(m for _, msgs in mem.ignored.values() for m in msgs), now, gen)
+    elif any(c.get("type") == C.COND_INPUT_IGNORED for c in conds):
+        conds = set_condition(conds, C.COND_INPUT_IGNORED, False, C.R_ALL_CLEAR,
+                              "Every pattern, annotation and box file read is valid", now, gen)
+    if mem.reserved:
+        conds = set_condition(conds, C.COND_RESERVED, True, "ReserveReached", mem.reserved, now, gen)
+    else:
+        conds = set_condition(conds, C.COND_RESERVED, False, "BelowReserve",
+                              "The subscription's reserve is not reached", now, gen)
+    if obs.stream is not None:
+        connected, why = obs.stream
+        if connected:
+            conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, "Streaming",
+                                  "The live tmux stream is attached", now, gen)
+        else:
+            conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, "Polling",
+                                  f"Polling the tabs: {why or 'the live tmux stream is down; reconnecting'}", now, gen)
+    state = ("NeedsAttention" if attention or problem else "Reserved" if mem.reserved
+             else "RateLimited" if limited or mem.group_exhausted else "Running")
+    fields = {
+        "tabs": [record_to_status(r, mem.tab_ids.get(r.name)) for r in records], "state": state,
+        "resumeAt": rfc3339(min(resume_ats)) if resume_ats else None,
+        "subscription": mem.current, "nextSubscription": mem.next_sub,
+    }
+    gauges = {"TABS_NEEDING_HUMAN": float(len(attention)), "TABS_RATE_LIMITED": float(len(limited)),
+              "ROTATION_GROUP_EXHAUSTED": 1.0 if mem.group_exhausted else 0.0}
+    return BoxStatus(fields, _owned(conds), gauges=gauges)

@@ -1,0 +1,332 @@
+"""The executor of a box decision (`controller.domain.box`): maps each action to terminal, file and API
+calls, write-ahead first. It decides nothing: which keys, which argv and which file come from the agent
+adapter (`controller.agents.base.Profile`), what to do and in which order from the decision.
+
+Journaled actions (`SendContinue`, `RunJournal`) have their tab journals written to status before their
+first key and each further step written before it is performed; a controller killed at any step finds the
+journal in status and completes it from the step it reached (`controller.domain.resume.recovery_step`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+import time
+from dataclasses import replace
+from typing import Any, Awaitable, Callable, Mapping
+
+from pydantic import ValidationError
+
+from controller import constants as C
+from controller import metrics
+from controller.conditions import rfc3339
+from controller.domain.box import (
+    BLOCKING, JOURNALED, Act, BoxDecision, BoxStatus, ClearAnnotation, Count, Done, InstallLogin, Performed,
+    PostEvent, PressKey, PrintNotice, ReadUsage, RemoveLogin, RunJournal, SendContinue, SwitchSubscription,
+    UsageRead, record_to_status,
+)
+from controller.domain.resume import Journal, JournalAction, Step, TabRecord
+from controller.kube.objects import make_box_secret
+from controller.models import SubscriptionSpec
+from controller.redact import bounded
+from controller.service import boxfiles
+from controller.terminal import tmux
+from controller.terminal.session import BoxTerminal
+
+log = logging.getLogger("agentbox.executor")
+
+Flush = Callable[[BoxStatus], Awaitable[None]]
+"""Writes a status snapshot now (a write-ahead point)."""
+
+
+class ReplayMismatch(RuntimeError):
+    """A replayed decision did not repeat the actions already performed (decide is not deterministic)."""
+
+
+class Executor:
+    """Performs the actions of one pass's decisions, in order, each once.
+
+    Args:
+        rt: runtime (kube, usage cache, settings, clock).
+        namespace, name, uid: the box.
+        profile: the box's agent adapter.
+        term: the box terminal.
+        post_event: posts an Event on the box.
+        flush: writes a status snapshot (write-ahead).
+        screen_ready: `async (pane) -> bool`: the agent's input box is on the pane's screen (the adapter's
+            detector); used to verify a relaunch.
+        tabs: tab name -> the terminal's tab (captures of several tabs in one call).
+    """
+
+    def __init__(self, rt: Any, namespace: str, name: str, uid: str | None, profile: Any, term: BoxTerminal,
+                 post_event: Callable[[str, str, str], None], flush: Flush,
+                 screen_ready: Callable[[str], Awaitable[bool]], tabs: Mapping[str, Any]) -> None:
+        self.rt, self.namespace, self.name, self.uid = rt, namespace, name, uid
+        self.profile, self.term, self.post_event, self.flush = profile, term, post_event, flush
+        self.screen_ready = screen_ready
+        self.tabs = tabs
+        self.done: list[Act] = []
+        self.results: dict[Act, Any] = {}
+        self.records: dict[str, TabRecord] = {}
+        self.written: dict[str, TabRecord] = {}   # records whose journal was written ahead
+        self._status: BoxStatus | None = None
+        self._tab_ids: Mapping[str, str] = {}
+
+    # ------------------------------------------------------------------ one decision
+    async def run(self, decision: BoxDecision) -> None:
+        """Perform the actions of `decision` not performed yet; the blocking ones at its end together,
+        their journals written ahead first. Their results are in `results` for the next `decide`."""
+        done = len(self.done)
+        if tuple(decision.actions[:done]) != tuple(self.done):
+            raise ReplayMismatch(f"box {self.namespace}/{self.name}: the decision changed its performed actions")
+        new = list(decision.actions[done:])
+        self.records = dict(decision.memory.records)
+        self._tab_ids = decision.memory.tab_ids
+        self._status = decision.status
+        waiting = [a for a in new if isinstance(a, BLOCKING) and a not in self.results]
+        for action in new:
+            if action in waiting:
+                continue
+            await self._one(action)
+            self.done.append(action)
+        if not waiting:
+            return
+        if any(isinstance(a, JOURNALED) for a in waiting) and decision.status is not None:
+            for action in waiting:
+                for tab in _journal_tabs(action):
+                    self.written[tab] = self.records[tab]
+            await self.flush(decision.status)
+        results = await asyncio.gather(*(self._blocking(a) for a in waiting))
+        for action, result in zip(waiting, results):
+            self.results[action] = result
+            self.done.append(action)
+
+    async def _one(self, action: Act) -> None:
+        if isinstance(action, PostEvent):
+            self.post_event(action.type, action.reason, action.message)
+        elif isinstance(action, Count):
+            labels = [self.namespace if v == "$ns" else self.name if v == "$name" else v for v in action.labels]
+            metric = getattr(metrics, action.metric)
+            metric = metric.labels(*labels) if labels else metric
+            if action.value is None:
+                metric.inc()
+            else:
+                metric.observe(action.value)
+        elif isinstance(action, PressKey):
+            await self.term.press(action.pane, action.key)
+        elif isinstance(action, PrintNotice):
+            try:
+                await boxfiles.print_notice(self.term.exec_fn, action.pane, action.text)
+            except boxfiles.BoxFileError:
+                pass
+        elif isinstance(action, RemoveLogin):
+            try:
+                await boxfiles.remove_login(self.term.exec_fn, self.profile)
+            except boxfiles.BoxFileError as exc:
+                log.warning("Box %s/%s: %s", self.namespace, self.name, exc)
+        elif isinstance(action, ClearAnnotation):
+            await self.rt.kube.patch_annotations(C.AGENTBOX_PLURAL, self.namespace, self.name, {action.key: None})
+        else:  # pragma: no cover - every action type is handled above or in _blocking
+            raise TypeError(f"unknown action {type(action).__name__}")
+
+    async def _blocking(self, action: Act) -> Any:
+        if isinstance(action, ReadUsage):
+            return UsageRead(await self._usage(action), self.rt.clock())
+        if isinstance(action, InstallLogin):
+            return await self._install(action)
+        if isinstance(action, SwitchSubscription):
+            return await self._switch(action)
+        if isinstance(action, SendContinue):
+            moved = await self._continue_batch(action)
+            at = self.rt.clock()
+            return tuple(Performed(tab, ok, how, at) for (tab, _), (ok, how) in zip(action.tabs, moved))
+        if isinstance(action, RunJournal):
+            ok, how = await self.perform(action.tab, action.pane, action.journal)
+            return Performed(action.tab, ok, how, self.rt.clock())
+        raise TypeError(f"unknown action {type(action).__name__}")  # pragma: no cover
+
+    # ------------------------------------------------------------------ write-ahead
+    async def _advance(self, names: list[str], step: Step) -> None:
+        """Move the journals of `names` to `step` and write them ahead of performing it."""
+        now = self.rt.clock()
+        for name in names:
+            rec = self.records.get(name)
+            if rec is not None and rec.journal is not None:
+                self.records[name] = self.written[name] = replace(rec, journal=rec.journal.at(step, now))
+        if self._status is not None:
+            tabs = [record_to_status(r, self._tab_ids.get(r.name)) for r in self.records.values()]
+            await self.flush(replace(self._status, fields={**self._status.fields, "tabs": tabs}))
+
+    # ------------------------------------------------------------------ logins and usage
+    async def _login(self, subscription: str) -> tuple[str, str, Any] | None:
+        """(provider, login file text, parsed Login) of a subscription; None when unusable."""
+        sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, subscription)
+        if not sub:
+            return None
+        try:
+            sub_spec = SubscriptionSpec.model_validate(sub.get("spec") or {})
+        except ValidationError:
+            return None
+        ref = sub_spec.credentials_secret_ref
+        _, text = await self.rt.kube.get_secret_value(self.namespace, ref.name, ref.key)
+        if text is None:
+            return None
+        from controller.providers.credentials import InvalidLogin, parse_login
+
+        try:
+            login = parse_login(sub_spec.provider, text)
+        except InvalidLogin:
+            return None
+        return sub_spec.provider, text, login
+
+    async def _put_login(self, text: str) -> None:
+        """Write a login into the box credentials Secret and the agent's live login file."""
+        body = {"metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid}}
+        await self.rt.kube.ensure_secret(make_box_secret(body, self.profile.credential_secret_key or "credentials.json",
+                                                         text))
+        await boxfiles.write_login(self.term.exec_fn, self.profile, text)
+
+    async def _usage(self, action: ReadUsage) -> Any:
+        """The subscription's usage read no older than the action allows (None when unreadable)."""
+        provider = C.SUPPORTED_SUBSCRIPTION_AGENTS.get(self.profile.agent, "")
+        try:
+            found = await self._login(action.subscription)
+            if found is None or found[0] != provider:
+                return None
+            usage = await self.rt.usage.get((self.namespace, action.subscription), provider, found[2],
+                                            max_age_s=action.max_age_s, now=self.rt.clock)
+            metrics.USAGE_READS.labels(provider, "ok").inc()
+            return usage
+        except Exception as exc:  # noqa: BLE001 - any failure means "unknown", never "exhausted"
+            metrics.USAGE_READS.labels(provider, "error").inc()
+            log.info("Box %s/%s: usage read failed (%s)", self.namespace, self.name, type(exc).__name__)
+            return None
+
+    async def _install(self, action: InstallLogin) -> Done:
+        login = await self._login(action.subscription)
+        if action.why == "complete":
+            # The switch a previous controller left in status.switch: finished (or given up) now, once.
+            if login is not None:
+                await self._put_login(login[1])
+            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
+                                            {"switch": None, **({"subscription": action.subscription} if login else {})})
+            return Done(login is not None)
+        if login is None:
+            return Done(False)
+        await self._put_login(login[1])
+        return Done(True)
+
+    async def _switch(self, action: SwitchSubscription) -> Done:
+        """Move the box to `action.new`, journaled in status.switch (a controller killed mid-switch finds it
+        and completes it). Nothing changes when the new login is unusable."""
+        login = await self._login(action.new)
+        if login is None:
+            return Done(False)
+        journal = {"to": action.new, "fromSubscription": action.old, "step": "StopAgents",
+                   "startedAt": rfc3339(action.started_at), "tabs": list(action.limited)[:64],
+                   "reason": bounded(action.reason, 1024)}
+        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, {"switch": journal})
+        for _, pane in action.stop:
+            await self._interrupt(pane)
+        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
+                                        {"switch": {**journal, "step": "InstallLogin"}})
+        await self._put_login(login[1])
+        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
+                                        {"subscription": action.new, "switch": None})
+        return Done(True)
+
+    # ------------------------------------------------------------------ keys
+    async def _interrupt(self, pane: str) -> None:
+        """The adapter's interrupt keys, with the send pause between them."""
+        for i, key in enumerate(self.profile.interrupt_keys):
+            if i:
+                await asyncio.sleep(self.rt.settings.send_pause_s)
+            await self.term.press(pane, key)
+
+    async def _continue_batch(self, action: SendContinue) -> list[tuple[bool, str]]:
+        """Type the text into several panes in one tmux call, write the journals' Enter step ahead, pause,
+        press Enter in all of them in a second call, then wait until each pane changed."""
+        term, text = self.term, action.text
+        tabs = [self.tabs[name] for name, _ in action.tabs]
+        typing: list[str] = ["tmux"]
+        enter: list[str] = ["tmux"]
+        for i, (_, pane) in enumerate(action.tabs):
+            sep = [";"] if i else []
+            typing += sep + tmux.send_text_argv(pane, text)[1:]
+            enter += sep + tmux.send_key_argv(pane, "Enter")[1:]
+        await term.run(typing)
+        typed = time.monotonic()
+        await self._advance([name for name, _ in action.tabs], Step.ENTER)
+        await asyncio.sleep(max(0.0, term.send_pause_s - (time.monotonic() - typed)))
+        before = await term.capture_all(tabs)
+        await term.run(enter)
+        moved: set[str] = set()
+
+        async def all_moved() -> bool:
+            after = await term.capture_all([t for t in tabs if t.id not in moved])
+            moved.update(tid for tid, screen in after.items() if screen != before.get(tid))
+            return len(moved) == len(tabs)
+
+        await term.wait_until(all_moved, self.rt.settings.verify_timeout_s)
+        how = f"sent '{text}'"
+        return [(t.id in moved, how if t.id in moved else f"{how} but the screen did not change") for t in tabs]
+
+    async def perform(self, tab: str, pane: str, journal: Journal) -> tuple[bool, str]:
+        """Perform `journal`'s steps from its current one (already written), each further step written to
+        status before its keys are sent. Returns (the tab moved on, what was done).
+
+        Raises whatever the exec or the status write raises; the journal then stays in status and the next
+        pass (or a restarted controller) completes it from the step it reached.
+        """
+        term, s = self.term, self.rt.settings
+        restart_argv = list(self.profile.restart_argv or [])
+        text = journal.text or self.profile.continue_text
+
+        async def at_shell() -> bool:
+            return (await term.foreground(pane)).lstrip("-") in tmux.SHELLS
+
+        async def agent_ready() -> bool:
+            return not await at_shell() and await self.screen_ready(pane)
+
+        restarted = False
+        for i, step in enumerate(journal.remaining()):
+            if i:
+                await self._advance([tab], step)
+            if step == Step.INTERRUPT:
+                await self._interrupt(pane)
+                if not await term.wait_until(at_shell, s.restart_timeout_s):
+                    return False, "pressed Ctrl-C twice but the agent did not exit"
+            elif step == Step.RELAUNCH:
+                # One tmux call (text, then Enter): a shell takes no paste, and the step is then all or nothing.
+                await term.run(tmux.send_text_argv(pane, shlex.join(restart_argv))
+                               + [";"] + tmux.send_key_argv(pane, "Enter")[1:])
+                restarted = True
+            elif step == Step.AWAIT_AGENT:
+                restarted = True
+                if not await term.wait_until(agent_ready, s.restart_timeout_s):
+                    return False, f"ran '{' '.join(restart_argv)}' but the agent's prompt did not come back"
+            elif step == Step.TYPE:
+                await term.run(tmux.send_text_argv(pane, text))
+                await asyncio.sleep(s.send_pause_s)
+            elif step == Step.ENTER:
+                before = await term.capture(pane)
+                await term.press(pane, "Enter")
+                moved = await term.wait_changed(pane, before, s.verify_timeout_s)
+                how = (f"restarted with '{' '.join(restart_argv)}' and sent '{text}'"
+                       if restarted or journal.action == JournalAction.RESTART else f"sent '{text}'")
+                return moved, how if moved else f"{how} but the screen did not change"
+            elif step == Step.PRESS:
+                before = await term.capture(pane)
+                await term.press(pane, text)
+                moved = await term.wait_changed(pane, before, s.verify_timeout_s)
+                return moved, f"pressed {text}"
+        return True, "nothing left to send"
+
+
+def _journal_tabs(action: Act) -> list[str]:
+    if isinstance(action, SendContinue):
+        return [tab for tab, _ in action.tabs]
+    if isinstance(action, RunJournal):
+        return [action.tab]
+    return []

@@ -1,0 +1,370 @@
+"""Table tests of the box decision (`controller.domain.box.decide`): pure, no emulator, no clock.
+
+Each case builds an `Observation` and a `Memory`, runs `decide` the way the watcher does (a blocking action's
+result is fed to the next call of the same pass) and checks the actions, the records, the status and the
+conditions. `merge_conditions` (the writer's merge by type) is tested at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+import pytest
+
+from controller import constants as C
+from controller.conditions import merge_conditions, set_condition
+from controller.domain.box import (
+    BLOCKING, BoxDecision, BoxFacts, ClearAnnotation, Done, InstallLogin, Memory, Observation, Performed, PostEvent,
+    PressKey, PrintNotice, ReadUsage, RemoveLogin, Reserve, RunJournal, SendContinue, SwitchSubscription, TabView,
+    UsageRead, decide, memory_from_status, record_to_status,
+)
+from controller.domain.podstate import ContainerView
+from controller.domain.resume import JournalAction, Phase, Step, TabRecord, limit_key
+from controller.domain.rotation import Candidate
+from controller.domain.types import Detection, LimitKind, TabState, Usage, Window
+
+NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=timezone.utc)
+CLAUDE = BoxFacts("claude-code", "sub-a", provider="anthropic", continue_text="continue")
+CODEX = BoxFacts("codex", "sub-a", provider="openai", restarts=True, continue_text="continue", stop_to_switch=True)
+RUNNING = ContainerView(True, "ContainerRunning", "")
+
+
+def limited(resets_at: datetime | None = NOW - timedelta(minutes=1), **kw: Any) -> Detection:
+    base = dict(kind=LimitKind.USAGE, resets_at=resets_at, window="five_hour", prompt_text="",
+                evidence="You've hit your limit", detected_by="pattern:claude-code/hit-your-limit")
+    base.update(kw)
+    return Detection(TabState.RATE_LIMITED, **base)  # type: ignore[arg-type]
+
+
+IDLE = Detection(TabState.IDLE, prompt_text="", detected_by="pattern:idle")
+WORKING = Detection(TabState.WORKING, detected_by="pattern:working")
+
+
+def tab(det: Detection, name: str = "main", last_input: datetime | None = None, at_shell: bool = False,
+        screen: str = "screen") -> TabView:
+    return TabView(name, "@" + name, "%" + name, at_shell, screen, det, last_input)
+
+
+def sub(name: str, state: str = "Available", five: float | None = 10.0, provider: str = "anthropic",
+        until: datetime | None = None) -> Candidate:
+    return Candidate(name, provider, state, five_hour=five, weekly=5.0, until=until)
+
+
+def observe(*tabs: TabView, box: BoxFacts = CLAUDE, subs: tuple[Candidate, ...] = (sub("sub-a"),),
+            **kw: Any) -> Observation:
+    return Observation(box=box, pod=RUNNING, session=True, tabs=tabs, subscriptions=subs, **kw)
+
+
+def usage(percent: float, resets_at: datetime | None = NOW + timedelta(hours=4)) -> Usage:
+    return Usage({"five_hour": Window("five_hour", percent, resets_at)}, read_at=NOW)
+
+
+def due(name: str = "main", det: Detection | None = None) -> TabRecord:
+    """A tab whose limit was detected on an earlier pass and whose resume instant has passed."""
+    det = det or limited()
+    return TabRecord(name, Phase.RATE_LIMITED, limit_key=limit_key(det), resets_at=det.resets_at,
+                     resume_at=NOW - timedelta(seconds=5), window="five_hour", detected_by=det.detected_by)
+
+
+Responder = Callable[[Any], Any]
+
+
+def ok(action: Any) -> Any:
+    """Every blocking action succeeds: usage under 100 %, logins install, keys move the screen."""
+    if isinstance(action, ReadUsage):
+        return UsageRead(usage(20.0), NOW)
+    if isinstance(action, (InstallLogin, SwitchSubscription)):
+        return Done(True)
+    if isinstance(action, SendContinue):
+        return tuple(Performed(t, True, "sent 'continue'", NOW) for t, _ in action.tabs)
+    if isinstance(action, RunJournal):
+        return Performed(action.tab, True, "done", NOW)
+    raise AssertionError(action)
+
+
+def run(obs: Observation, mem: Memory = Memory(), respond: Responder = ok, now: datetime = NOW
+        ) -> tuple[BoxDecision, list[BoxDecision]]:
+    """One pass: decide, answer the blocking actions, decide again until complete. Returns the last decision
+    and every intermediate one (the write-ahead snapshots)."""
+    results: dict[Any, Any] = {}
+    steps = []
+    for _ in range(12):
+        d = decide(replace(obs, results=dict(results)), mem, now)
+        steps.append(d)
+        if d.complete:
+            return d, steps
+        for action in d.actions:
+            if isinstance(action, BLOCKING) and action not in results:
+                results[action] = respond(action)
+    raise AssertionError("the decision never completed")
+
+
+def events(d: BoxDecision) -> list[tuple[str, str]]:
+    return [(a.type, a.reason) for a in d.actions if isinstance(a, PostEvent)]
+
+
+def cond(d: BoxDecision, type_: str) -> dict[str, Any]:
+    assert d.status is not None
+    return next(c for c in d.status.conditions if c["type"] == type_)
+
+
+# ---------------------------------------------------------------------------------------------- resume
+def test_due_tab_is_resumed_after_a_usage_read_with_its_journal_written_ahead():
+    obs, mem = observe(tab(limited())), Memory(records={"main": due()})
+    first = decide(obs, mem, NOW)
+    assert not first.complete and isinstance(first.actions[-1], ReadUsage)  # the read the resume needs
+
+    d, steps = run(obs, mem)
+    send = next(a for a in d.actions if isinstance(a, SendContinue))
+    assert send.tabs == (("main", "%main"),) and send.text == "continue"
+    # The snapshot written before the keys holds the journal at its first step.
+    ahead = next(s for s in steps if not s.complete and isinstance(s.actions[-1], SendContinue))
+    journal = ahead.status.fields["tabs"][0]["journal"]  # type: ignore[union-attr]
+    assert journal["action"] == JournalAction.CONTINUE.value and journal["step"] == Step.TYPE.value
+    rec = d.tab_records["main"]
+    assert rec.phase == Phase.RESUMING and rec.journal is None and rec.sent_for == rec.limit_key
+    assert ("Normal", "Resumed") in events(d)
+    assert d.status.fields["state"] == "RateLimited"  # Resuming counts until the settle time passed
+
+
+def test_restarting_agent_gets_a_journaled_restart_per_tab():
+    obs = observe(tab(limited(), "a"), tab(limited(), "b"), box=CODEX, subs=(sub("sub-a", provider="openai"),))
+    d, _ = run(obs, Memory(records={"a": due("a"), "b": due("b")}))
+    runs = [a for a in d.actions if isinstance(a, RunJournal)]
+    assert [(r.tab, r.journal.action) for r in runs] == [("a", JournalAction.RESTART), ("b", JournalAction.RESTART)]
+    assert not any(isinstance(a, SendContinue) for a in d.actions)
+
+
+def test_reset_not_reached_per_usage_reschedules_without_sending():
+    later = NOW + timedelta(hours=1)
+    d, _ = run(observe(tab(limited())), Memory(records={"main": due()}),
+               lambda a: UsageRead(usage(100.0, later), NOW) if isinstance(a, ReadUsage) else ok(a))
+    assert not any(isinstance(a, (SendContinue, RunJournal)) for a in d.actions)
+    assert d.tab_records["main"].resume_at == later + timedelta(seconds=10)
+    assert ("Normal", "ResetNotYet") in events(d)
+    assert later + timedelta(seconds=10) in d.wake_at
+
+
+def test_failed_resume_asks_a_human():
+    fail = (lambda a: tuple(Performed(t, False, "sent 'continue' but the screen did not change", NOW)
+                            for t, _ in a.tabs) if isinstance(a, SendContinue) else ok(a))
+    d, _ = run(observe(tab(limited())), Memory(records={"main": due()}), fail)
+    assert d.tab_records["main"].phase == Phase.NEEDS_ATTENTION
+    assert cond(d, C.COND_NEEDS_ATTENTION)["status"] == "True"
+    assert ("Warning", C.R_RESUME_FAILED) in events(d)
+
+
+def test_limit_with_unknown_reset_and_unreadable_usage_rechecks_later():
+    det = limited(resets_at=None)
+    d, _ = run(observe(tab(det)), Memory(),
+               lambda a: UsageRead(None, NOW) if isinstance(a, ReadUsage) else ok(a))
+    assert ("Normal", "LimitDetected") in events(d)
+    rec = d.tab_records["main"]
+    assert rec.phase == Phase.RATE_LIMITED and rec.resume_at == NOW + timedelta(seconds=300)
+    assert not any(isinstance(a, (SendContinue, RunJournal)) for a in d.actions)
+    assert cond(d, C.COND_RATE_LIMITED)["status"] == "True"
+
+
+def test_human_typing_in_the_last_minute_holds_the_resume():
+    typed = NOW - timedelta(seconds=10)
+    d, _ = run(observe(tab(limited(), last_input=typed)), Memory(records={"main": due()}))
+    assert not any(isinstance(a, (ReadUsage, SendContinue)) for a in d.actions)
+    assert d.wake_at == (typed + timedelta(seconds=60),)
+    assert "human" in (d.tab_records["main"].message or "")
+
+
+def test_half_typed_prompt_after_the_reset_is_left_to_its_author():
+    d, _ = run(observe(tab(limited(prompt_text="draft of mine"))), Memory(records={"main": due()}))
+    assert not any(isinstance(a, (ReadUsage, SendContinue)) for a in d.actions)
+    assert ("Warning", "PromptNotEmpty") in events(d)
+    assert d.status.fields["state"] == "NeedsAttention"  # type: ignore[union-attr]
+
+
+def test_limit_menu_is_answered_with_its_stop_and_wait_number_journaled():
+    det = limited(limit_menu=True, menu_choice=1)
+    d, steps = run(observe(tab(det)), Memory())
+    answer = next(a for a in d.actions if isinstance(a, RunJournal))
+    assert answer.why == "menu" and answer.journal.action == JournalAction.ANSWER_MENU and answer.journal.text == "1"
+    assert steps[0].status.fields["tabs"][0]["journal"]["action"] == "AnswerMenu"  # type: ignore[union-attr]
+    assert ("Normal", "AnsweredLimitMenu") in events(d)
+    assert d.tab_records["main"].journal is None and d.wake_at == (NOW + timedelta(seconds=1),)
+
+
+def test_approval_prompt_is_waited_on_not_answered():
+    det = Detection(TabState.AWAITING_INPUT, detected_by="pattern:approval")
+    d, _ = run(observe(tab(det)), Memory())
+    assert [a for a in d.actions if not isinstance(a, PostEvent)] == []
+    assert d.tab_records["main"].phase == Phase.AWAITING_INPUT
+    assert d.status.fields["state"] == "Running"  # type: ignore[union-attr]
+
+
+def test_unfinished_journal_with_our_text_in_the_prompt_gets_its_enter():
+    from controller.domain.resume import start_journal
+
+    journal = start_journal(JournalAction.CONTINUE, NOW - timedelta(seconds=30), "k1", "continue")
+    rec = replace(due(), phase=Phase.RESUMING, sent_for="k1", journal=journal)
+    d, _ = run(observe(tab(Detection(TabState.IDLE, prompt_text="continue"))), Memory(records={"main": rec}))
+    again = next(a for a in d.actions if isinstance(a, RunJournal))
+    assert again.why == "recover" and again.journal.step == Step.ENTER and again.journal.recoveries == 1
+    assert d.tab_records["main"].journal is None and ("Normal", "Resumed") in events(d)
+
+
+# ---------------------------------------------------------------------------------------------- rotation
+def test_rotation_switches_to_the_most_headroom_and_resumes_the_limited_tab():
+    box = replace(CLAUDE, rotation=True)
+    subs = (sub("sub-a", "Exhausted", 100.0), sub("sub-b", five=50.0), sub("sub-c", five=20.0))
+    d, _ = run(observe(tab(limited()), tab(IDLE, "other"), box=box, subs=subs), Memory(current="sub-a"))
+    switch = next(a for a in d.actions if isinstance(a, SwitchSubscription))
+    assert (switch.old, switch.new, switch.trigger, switch.limited) == ("sub-a", "sub-c", "exhausted", ("main",))
+    assert switch.stop == ()  # Claude Code takes the new login while running
+    assert d.memory.current == "sub-c" and d.memory.next_sub == "sub-b"
+    assert d.status.fields["subscription"] == "sub-c"  # type: ignore[union-attr]
+    assert ("Normal", "Switched") in events(d)
+    assert any(isinstance(a, SendContinue) for a in d.actions)  # resumed on the new login in the same pass
+
+
+def test_codex_limited_tabs_are_stopped_before_the_switch_unless_a_human_typed():
+    box = replace(CODEX, rotation=True)
+    subs = (sub("sub-a", "Exhausted", 100.0, provider="openai"), sub("sub-b", provider="openai"))
+    tabs = (tab(limited(), "a"), tab(limited(), "b", last_input=NOW - timedelta(seconds=5)))
+    d, _ = run(observe(*tabs, box=box, subs=subs), Memory(current="sub-a"))
+    switch = next(a for a in d.actions if isinstance(a, SwitchSubscription))
+    assert switch.stop == (("a", "%a"),) and switch.limited == ("a", "b")
+
+
+def test_unusable_login_keeps_the_box_where_it_is():
+    box = replace(CLAUDE, rotation=True)
+    subs = (sub("sub-a", "Exhausted", 100.0), sub("sub-b"))
+    d, _ = run(observe(tab(IDLE), box=box, subs=subs), Memory(current="sub-a"),
+               lambda a: Done(False) if isinstance(a, SwitchSubscription) else ok(a))
+    assert d.memory.current == "sub-a" and ("Warning", "SwitchFailed") in events(d)
+
+
+def test_whole_group_exhausted_waits_and_warns_once():
+    box = replace(CLAUDE, rotation=True)
+    until = NOW + timedelta(hours=2)
+    subs = (sub("sub-a", "Exhausted", 100.0, until=until), sub("sub-b", "Exhausted", 100.0, until=until + timedelta(hours=1)))
+    obs = observe(tab(IDLE), box=box, subs=subs)
+    d, _ = run(obs, Memory(current="sub-a"))
+    assert not any(isinstance(a, SwitchSubscription) for a in d.actions)
+    assert events(d) == [("Warning", "RotationGroupExhausted")]
+    assert d.status.fields["state"] == "RateLimited" and d.status.gauges["ROTATION_GROUP_EXHAUSTED"] == 1  # type: ignore[union-attr]
+    again, _ = run(obs, d.memory)
+    assert events(again) == []  # one Warning per episode
+
+
+def test_missing_subscription_without_rotation_needs_attention_once():
+    obs = observe(tab(IDLE), subs=())
+    d, _ = run(obs, Memory(current="sub-a"))
+    assert events(d) == [("Warning", C.R_SUBSCRIPTION_NOT_FOUND)]
+    assert cond(d, C.COND_NEEDS_ATTENTION)["reason"] == C.R_SUBSCRIPTION_NOT_FOUND
+    assert events(run(obs, d.memory)[0]) == []
+
+
+# ---------------------------------------------------------------------------------------------- reserve
+def test_reserve_stops_the_box_once_and_restores_it_at_the_lift():
+    tabs = (tab(WORKING, "busy"), tab(IDLE, "shell", at_shell=True))
+    reserved = observe(*tabs, subs=(sub("sub-a", "Reserved", 92.0),), reserves={"sub-a": Reserve(10, 0)})
+    d, _ = run(reserved, Memory(current="sub-a"))
+    keys = [a for a in d.actions if isinstance(a, (PressKey, RemoveLogin, PrintNotice))]
+    assert keys[0] == PressKey("busy", "%busy", "Escape") and isinstance(keys[1], RemoveLogin)
+    assert {a.tab for a in keys if isinstance(a, PrintNotice)} == {"busy", "shell"}
+    assert "Stopping to keep 10% of your 5-hour limit" in (d.memory.reserved or "")
+    assert d.tab_records["busy"].stopped_by_reserve and not d.tab_records["shell"].stopped_by_reserve
+    assert cond(d, C.COND_RESERVED)["status"] == "True" and d.status.fields["state"] == "Reserved"  # type: ignore[union-attr]
+    assert ("Warning", "ReserveReached") in events(d)
+
+    again, _ = run(reserved, d.memory)  # the next pass: nothing pressed twice
+    assert not any(isinstance(a, (PressKey, RemoveLogin, PrintNotice, PostEvent)) for a in again.actions)
+
+    lifted = observe(tab(IDLE, "busy"), tab(IDLE, "shell", at_shell=True), subs=(sub("sub-a"),))
+    back, _ = run(lifted, again.memory)
+    assert InstallLogin("sub-a", "restore") in back.actions
+    resumed = [a for a in back.actions if isinstance(a, RunJournal)]
+    assert [(r.tab, r.why) for r in resumed] == [("busy", "restore")]
+    assert back.memory.reserved is None and cond(back, C.COND_RESERVED)["status"] == "False"
+    assert ("Normal", "ReserveLifted") in events(back)
+    assert not back.tab_records["busy"].stopped_by_reserve and back.tab_records["busy"].journal is None
+
+
+def test_reserve_holds_resume_off():
+    obs = observe(tab(limited()), subs=(sub("sub-a", "Reserved", 95.0),), reserves={"sub-a": Reserve(5, 0)})
+    d, _ = run(obs, Memory(current="sub-a", reserved="Stopping to keep 5% of your 5-hour limit",
+                           records={"main": due()}))
+    assert not any(isinstance(a, (ReadUsage, SendContinue)) for a in d.actions)
+
+
+# ---------------------------------------------------------------------------------------------- annotations, inputs, conditions
+def test_resume_now_annotation_resumes_and_is_consumed():
+    rec = replace(due(), resume_at=NOW + timedelta(hours=1))
+    d, _ = run(observe(tab(limited(resets_at=NOW + timedelta(hours=1))), annotations={C.ANNOTATION_RESUME_NOW: "true"}),
+               Memory(records={"main": rec}))
+    assert any(isinstance(a, SendContinue) for a in d.actions)
+    assert d.actions[-1] == ClearAnnotation(C.ANNOTATION_RESUME_NOW)
+
+
+def test_invalid_resume_at_annotation_is_ignored_with_one_warning():
+    obs = observe(tab(IDLE), annotations={C.ANNOTATION_RESUME_AT: "yesterday"})
+    d, _ = run(obs, Memory())
+    assert events(d) == [("Warning", C.R_INVALID_ANNOTATION)]
+    assert cond(d, C.COND_INPUT_IGNORED)["status"] == "True"
+    again, _ = run(obs, d.memory)
+    assert events(again) == [] and cond(again, C.COND_INPUT_IGNORED)["status"] == "True"
+    fixed, _ = run(observe(tab(IDLE), conditions=again.status.conditions), again.memory)  # type: ignore[union-attr]
+    assert cond(fixed, C.COND_INPUT_IGNORED)["status"] == "False"
+
+
+def test_conditions_of_a_quiet_box_and_the_ready_the_reconcile_owns():
+    d, _ = run(observe(tab(IDLE)), Memory())
+    assert {c["type"]: c["status"] for c in d.status.conditions} == {  # type: ignore[union-attr]
+        C.COND_READY: "True", C.COND_RATE_LIMITED: "False", C.COND_NEEDS_ATTENTION: "False",
+        C.COND_RESERVED: "False"}
+    failed = set_condition([], C.COND_READY, False, "InvalidSpec", "spec.template is refused", NOW, 1)
+    kept, _ = run(observe(tab(IDLE), conditions=tuple(failed)), Memory())
+    assert cond(kept, C.COND_READY)["reason"] == "InvalidSpec"  # the reconcile's failure is not overwritten
+
+
+def test_tmux_missing_and_squatter_pod():
+    d, _ = run(replace(observe(), tabs=None, capture_problem=("TmuxMissing", "no session")), Memory())
+    assert cond(d, C.COND_READY)["reason"] == C.R_SESSION_MISSING
+    assert cond(d, C.COND_NEEDS_ATTENTION)["reason"] == "TmuxMissing"
+    squat = replace(observe(), pod_owned=False, not_owned="Pod 'box' exists but is not owned")
+    s1, _ = run(squat, Memory())
+    assert events(s1) == [("Warning", "PodNotOwned")] and s1.status.fields == {"state": "Error"}  # type: ignore[union-attr]
+    assert events(run(squat, s1.memory)[0]) == []
+
+
+def test_a_pass_is_deterministic_so_a_replay_repeats_its_prefix():
+    obs = observe(tab(limited()), tab(limited(limit_menu=True, menu_choice=2), "b"))
+    mem = Memory(records={"main": due()})
+    assert decide(obs, mem, NOW).actions == decide(obs, mem, NOW).actions
+
+
+def test_memory_round_trips_through_status():
+    d, _ = run(observe(tab(limited())), Memory(records={"main": due()}))
+    status = {"tabs": [record_to_status(r, "@main") for r in d.tab_records.values()],
+              "subscription": "sub-a", "conditions": list(d.status.conditions)}  # type: ignore[union-attr]
+    back = memory_from_status(status, "sub-x")
+    assert back.records["main"].phase == d.tab_records["main"].phase and back.current == "sub-a"
+
+
+# ---------------------------------------------------------------------------------------------- merge by type
+@pytest.mark.parametrize("stored_reason,kept", [(C.R_CHECKING_SESSION, False), ("InvalidSpec", True)])
+def test_merge_by_type_keeps_other_writers_conditions(stored_reason: str, kept: bool):
+    then = NOW - timedelta(hours=1)
+    stored = set_condition([], C.COND_READY, False, stored_reason, "m", then, 1)
+    stored = set_condition(stored, C.COND_RATE_LIMITED, False, C.R_NONE_LIMITED, "none", then, 1)
+    desired = set_condition([], C.COND_READY, True, C.R_RECONCILED, "ok", then, 1)
+    desired = set_condition(desired, C.COND_RATE_LIMITED, False, C.R_NONE_LIMITED, "none", NOW, 1)
+    merged = merge_conditions(stored, desired, NOW, {C.COND_READY: frozenset({C.R_CHECKING_SESSION, C.R_RECONCILED})})
+    ready = next(c for c in merged if c["type"] == C.COND_READY)
+    assert ready["reason"] == (stored_reason if kept else C.R_RECONCILED)
+    if not kept:
+        assert ready["lastTransitionTime"] == "2026-03-02T12:00:00Z"  # flipped now, not at the stale instant
+    limited_ = next(c for c in merged if c["type"] == C.COND_RATE_LIMITED)
+    assert limited_["lastTransitionTime"] == "2026-03-02T11:00:00Z"  # same status: its transition is kept
+    extra = merge_conditions([{"type": "Other", "status": "True", "reason": "X", "message": "",
+                               "lastTransitionTime": "t"}], desired, NOW)
+    assert [c["type"] for c in extra] == ["Other", C.COND_READY, C.COND_RATE_LIMITED]
