@@ -449,6 +449,7 @@ def record_from_status(tab: dict[str, Any]) -> TabRecord:
         sent_at=parse_time(tab.get("sentAt")), attempts=int(tab.get("attempts") or 0),
         last_input_at=parse_time(tab.get("lastInputAt")), stopped_by_reserve=bool(tab.get("stoppedByReserve")),
         journal=journal_from_status(tab.get("journal")),
+        menu_for=tab.get("menuAnsweredFor"), menu_at=parse_time(tab.get("menuAnsweredAt")),
     )
 
 
@@ -462,6 +463,7 @@ def record_to_status(rec: TabRecord, tab_id: str | None) -> dict[str, Any]:
         "limitKey": rec.limit_key, "sentFor": rec.sent_for, "sentAt": rfc3339(rec.sent_at),
         "attempts": rec.attempts, "stoppedByReserve": rec.stopped_by_reserve or None,
         "journal": journal_to_status(rec.journal),
+        "menuAnsweredFor": rec.menu_for, "menuAnsweredAt": rfc3339(rec.menu_at),
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -956,7 +958,8 @@ def _plan_tabs(p: _Pass, dets: dict[str, Detection], annotations: Mapping[str, s
             p.event("Normal", "AnsweredLimitMenu",
                     f"Tab {tab.name}: chose option {choice} 'Stop and wait for limit to reset'"
                     + ("" if res.ok else " (screen did not change)"))
-            p.records[tab.name] = replace(plan.record, journal=None)
+            # Once per limit event: the next passes wait for the menu to close (domain.resume._schedule).
+            p.records[tab.name] = replace(plan.record, journal=None, menu_for=plan.record.limit_key, menu_at=res.at)
             p.wake[tab.name] = p.now + timedelta(seconds=1)
     if due:
         _resume_due(p, due)
@@ -971,7 +974,8 @@ def _announce(p: _Pass, tab: str, det: Detection, plan: TabPlan) -> None:
         when = f"resets {rfc3339(det.resets_at)}" if det.resets_at else "no reset time on screen"
         nxt = rec.message or "the reset has passed; checking the subscription's usage now"
         p.event("Normal", "LimitDetected", f"Tab {tab}: usage limit ({when}); {nxt}")
-    elif plan.event in ("ResumeNotTakingEffect", "PromptNotEmpty", "OutOfCredits", "NeedsAttention", "Stalled"):
+    elif plan.event in ("ResumeNotTakingEffect", "PromptNotEmpty", "OutOfCredits", "NeedsAttention", "Stalled",
+                        "LimitMenuStillOpen"):
         p.event("Warning", plan.event, f"Tab {tab}: {rec.message}")
     elif plan.event == "LimitCameBack":
         p.event("Normal", "LimitCameBack", f"Tab {tab}: {rec.message}")
@@ -1018,8 +1022,8 @@ def _recover(p: _Pass, tab: TabView, rec: TabRecord, det: Detection) -> tuple[Ru
 def _recovered(p: _Pass, tab: TabView, action: RunJournal, what: str, reason: str, res: Performed) -> None:
     rec = replace(p.records[tab.name], journal=None)
     settle = p.now + timedelta(seconds=p.cfg.resume.settle_s)
-    if action.journal.action == JournalAction.ANSWER_MENU:
-        p.records[tab.name] = rec
+    if action.journal.action == JournalAction.ANSWER_MENU:  # answered once per limit event
+        p.records[tab.name] = replace(rec, menu_for=action.journal.for_key or rec.limit_key, menu_at=res.at)
         p.wake[tab.name] = p.now + timedelta(seconds=1)
         return
     p.count("RESUMES", "$ns", "$name", p.obs.box.agent, "ok" if res.ok else "no_effect")
