@@ -190,6 +190,8 @@ def test_limit_menu_is_answered_with_its_stop_and_wait_number_journaled():
     assert steps[0].status.fields["tabs"][0]["journal"]["action"] == "AnswerMenu"  # type: ignore[union-attr]
     assert ("Normal", "AnsweredLimitMenu") in events(d)
     assert d.tab_records["main"].journal is None and d.wake_at == (NOW + timedelta(seconds=1),)
+    still_open, _ = run(observe(tab(det)), d.memory, now=NOW + timedelta(seconds=2))
+    assert not any(isinstance(a, RunJournal) for a in still_open.actions)  # answered once per limit event
 
 
 def test_approval_prompt_is_waited_on_not_answered():
@@ -368,3 +370,34 @@ def test_merge_by_type_keeps_other_writers_conditions(stored_reason: str, kept: 
     extra = merge_conditions([{"type": "Other", "status": "True", "reason": "X", "message": "",
                                "lastTransitionTime": "t"}], desired, NOW)
     assert [c["type"] for c in extra] == ["Other", C.COND_READY, C.COND_RATE_LIMITED]
+
+
+# ---------------------------------------------------------------------------------------------- the pod
+def pod_obj(phase: str = "Running", template: str = "h1", uid: str = "u1") -> dict[str, Any]:
+    return {"metadata": {"name": "box", "uid": uid, "annotations": {C.ANNOTATION_TEMPLATE_HASH: template}},
+            "status": {"phase": phase}}
+
+
+def test_missing_pod_is_created_and_ready_says_why():
+    from controller.domain.box import CreatePod, PodCreated, PodFacts
+
+    obs = replace(observe(), tabs=None, pod=None, pod_facts=PodFacts("box", None, desired_hash="h1"))
+    d, _ = run(obs, Memory(), lambda a: PodCreated((("Normal", "CreatedPod", "Created Pod box"),), True)
+               if isinstance(a, CreatePod) else ok(a))
+    assert CreatePod("box") in d.actions and ("Normal", "CreatedPod") in events(d)
+    assert d.retry_in == 1.0 and d.status.fields == {"state": "Pending", "pod": "box"}  # type: ignore[union-attr]
+    assert cond(d, C.COND_READY)["reason"] == "PodMissing" and "created a new one" in cond(d, C.COND_READY)["message"]
+
+
+def test_failed_pod_is_replaced_and_out_of_date_pod_is_announced_once():
+    from controller.domain.box import DeletePod, PodFacts
+
+    failed = replace(observe(), tabs=None, pod_facts=PodFacts("box", pod_obj("Failed"), "u1", "h1"))
+    d, _ = run(failed, Memory(), lambda a: Done(True) if isinstance(a, DeletePod) else ok(a))
+    assert DeletePod("box", "u1") in d.actions and ("Warning", "ReplacingPod") in events(d)
+
+    old = replace(observe(), tabs=None, pod_facts=PodFacts("box", pod_obj(template="h0"), "u1", "h1", "OnDelete"))
+    first, _ = run(old, Memory())
+    assert events(first) == [("Normal", C.R_TEMPLATE_CHANGED)] and first.observe_tabs and first.retry_in is None
+    full, _ = run(replace(old, tabs=(tab(IDLE),)), first.memory)
+    assert events(full) == [] and cond(full, C.COND_POD_OUT_OF_DATE)["status"] == "True"

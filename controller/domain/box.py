@@ -30,6 +30,7 @@ from typing import Any, Mapping, Union
 
 from controller import constants as C
 from controller.conditions import rfc3339, set_condition
+from controller.domain.podheal import decide_pod
 from controller.domain.podstate import ContainerView
 from controller.domain.resume import (
     Action as PlanAction, Journal, JournalAction, Phase, ResumeConfig, Step, TabPlan, TabRecord, after_usage,
@@ -111,6 +112,29 @@ class BoxFacts:
 
 
 @dataclass(frozen=True)
+class PodFacts:
+    """The box pod as stored, for healing (`controller.domain.podheal.decide_pod`).
+
+    Attributes:
+        name: the pod's name.
+        obj: the stored Pod (owned by the box) or None when there is none.
+        uid: its metadata.uid ("" when none).
+        desired_hash: `template_hash` of the box's current spec.template.
+        policy: spec.podUpdate ("WhenIdle" | "OnDelete").
+        box_deleting: the AgentBox is being deleted (nothing is created).
+        created_before: status.pod is set (the reconcile created the first pod; before that it owns Ready).
+    """
+
+    name: str
+    obj: Mapping[str, Any] | None
+    uid: str = ""
+    desired_hash: str = ""
+    policy: str = "OnDelete"
+    box_deleting: bool = False
+    created_before: bool = True
+
+
+@dataclass(frozen=True)
 class Reserve:
     """spec.reserve of a Subscription (percent 0-100 of each window to keep)."""
 
@@ -130,6 +154,7 @@ class Observation:
         pod_owned: False when a pod under the box's name is not the box's (a squatter); `not_owned` says why.
         not_owned: the message of that refusal.
         pod: the box container's view (running or why not); None when there is no pod yet.
+        pod_facts: the stored pod for healing; None when not checked.
         session: the tmux session exists (True/False), None when not checked.
         capture_problem: (reason, message) when the tabs could not be read (no session, too much output).
         tabs: the tabs; None when not read this pass.
@@ -138,7 +163,6 @@ class Observation:
             "files"); a source not present was not checked this pass (its last problems stand).
         subscriptions: the namespace's Subscriptions as rotation candidates; None when not listed.
         reserves: spec.reserve per Subscription name.
-        out_of_date: PodOutOfDate message while the pod predates spec.template, else None.
         stream: None without a live tmux stream; else (connected, why it is not).
         pending_switch: status.switch left by a previous controller (a dict with `to`), or None.
         usage_max_age_s: the oldest usage a resume may rely on (seconds).
@@ -153,6 +177,7 @@ class Observation:
     pod_owned: bool = True
     not_owned: str = ""
     pod: ContainerView | None = None
+    pod_facts: PodFacts | None = None
     session: bool | None = None
     capture_problem: tuple[str, str] | None = None
     tabs: tuple[TabView, ...] | None = None
@@ -160,7 +185,6 @@ class Observation:
     input_problems: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     subscriptions: tuple[Candidate, ...] | None = None
     reserves: Mapping[str, Reserve] = field(default_factory=dict)
-    out_of_date: str | None = None
     stream: tuple[bool, str | None] | None = None
     pending_switch: Mapping[str, Any] | None = None
     usage_max_age_s: float = 60.0
@@ -189,6 +213,7 @@ class Memory:
         sub_problem: the box's subscription is missing (NeedsAttention message).
         output_problem: the box printed too much (announced once).
         squatter: the PodNotOwned message already announced.
+        out_of_date: PodOutOfDate message while the pod predates spec.template, else None.
         loaded: the memory was rebuilt from status (a restarted controller starts from status).
     """
 
@@ -208,6 +233,7 @@ class Memory:
     sub_problem: str | None = None
     output_problem: str | None = None
     squatter: str | None = None
+    out_of_date: str | None = None
     loaded: bool = False
 
 
@@ -319,6 +345,32 @@ class RunJournal:
 
 
 @dataclass(frozen=True)
+class DeletePod:
+    """Blocking: delete the box pod `name` with a uid precondition (an ended or out-of-date pod; the next
+    pass creates it again). Result: `Done` (ok False when it was already gone or replaced)."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    """Blocking: create the missing box pod (the reconcile's builder, `controller.service.boxes`).
+    Result: `PodCreated`."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class PodCreated:
+    """Result of `CreatePod`: the reconcile's Events, whether the pod was created, its retry message."""
+
+    events: tuple[tuple[str, str, str], ...]
+    created: bool
+    retry_message: str | None = None
+
+
+@dataclass(frozen=True)
 class UsageRead:
     """Result of `ReadUsage`: the usage (None when unreadable) and the instant it was read (UTC)."""
 
@@ -344,8 +396,8 @@ class Done:
 
 
 Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, ReadUsage, InstallLogin,
-            SwitchSubscription, SendContinue, RunJournal]
-BLOCKING = (ReadUsage, InstallLogin, SwitchSubscription, SendContinue, RunJournal)
+            SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod]
+BLOCKING = (ReadUsage, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod)
 """Actions whose result the decision needs (`Observation.results`)."""
 JOURNALED = (SendContinue, RunJournal)
 """Actions whose tab journals are written to status before their first key."""
@@ -378,6 +430,8 @@ class BoxDecision:
         status: what to write (None: nothing to write this pass).
         wake_at: per tab, when to look again (UTC; None = the regular scan).
         complete: False while a blocking action waits for its result (call `decide` again with it).
+        retry_in: seconds until the next pass whatever the tabs say (the pod is being healed), or None.
+        observe_tabs: the pod runs and its tabs are watched but were not read: read them and decide again.
     """
 
     actions: tuple[Act, ...]
@@ -385,6 +439,8 @@ class BoxDecision:
     status: BoxStatus | None
     wake_at: tuple[datetime | None, ...] = ()
     complete: bool = True
+    retry_in: float | None = None
+    observe_tabs: bool = False
 
     @property
     def tab_records(self) -> Mapping[str, TabRecord]:
@@ -520,6 +576,8 @@ class _Pass:
         self.records: dict[str, TabRecord] = dict(mem.records)
         self.mem = mem
         self.wake: dict[str, datetime | None] = {}
+        self.retry_in: float | None = None
+        self.observe_tabs = False
 
     # ---------------------------------------------------------------- helpers
     def event(self, type_: str, reason: str, message: str) -> None:
@@ -603,7 +661,8 @@ def decide(obs: Observation, memory: Memory, now: datetime, cfg: DecideConfig | 
     mem = replace(p.mem, records=p.records)
     if status is None and not complete:
         status = _watched_status(p)  # what the journals are written ahead with
-    return BoxDecision(tuple(p.actions), mem, status, tuple(p.wake.values()), complete)
+    return BoxDecision(tuple(p.actions), mem, status, tuple(p.wake.values()), complete, p.retry_in,
+                       p.observe_tabs)
 
 
 def _decide(p: _Pass) -> BoxStatus | None:
@@ -611,6 +670,10 @@ def _decide(p: _Pass) -> BoxStatus | None:
     if not obs.pod_owned:
         return _not_owned(p)
     p.mem = replace(p.mem, squatter=None)
+    if obs.pod_facts is not None:
+        healing = _heal(p, obs.pod_facts)
+        if healing is not None:
+            return healing
     if not obs.box.watched:
         # Limit features are off for this agent: Ready still needs the running container and its session.
         if obs.pod is None:
@@ -631,7 +694,8 @@ def _decide(p: _Pass) -> BoxStatus | None:
             return _tabs_status(p, obs, problem=(reason, message))
         return _tabs_status(p, obs, problem=(reason, message), session=False)
     if obs.tabs is None:
-        return None  # the exec failed: the next scan tries again
+        p.observe_tabs = True  # the tabs are read next (then `decide` again)
+        return None
     p.mem = replace(p.mem, output_problem=None, tab_ids={**p.mem.tab_ids, **{t.name: t.id for t in obs.tabs}})
 
     annotations = _annotations(p)
@@ -654,6 +718,58 @@ def _decide(p: _Pass) -> BoxStatus | None:
 def _watched_status(p: _Pass) -> BoxStatus:
     problem = (C.R_SUBSCRIPTION_NOT_FOUND, p.mem.sub_problem) if p.mem.sub_problem else None
     return _tabs_status(p, p.obs, problem=problem)
+
+
+# ---------------------------------------------------------------------------- the pod
+HEAL_RETRY_S = 1.0
+"""Seconds to the next pass while the pod is being healed (at most the scan interval)."""
+
+
+def _idle(p: _Pass) -> bool:
+    """No tab is working, resuming, awaiting input or mid-action, and no human typed lately."""
+    human = p.cfg.resume.human_idle_s
+    return all(r.phase in (Phase.IDLE, Phase.UNKNOWN) and r.journal is None
+               and (r.last_input_at is None or (p.now - r.last_input_at).total_seconds() >= human)
+               for r in p.records.values())
+
+
+def _heal(p: _Pass, pod: PodFacts) -> BoxStatus | None:
+    """Recreate a missing pod, replace an ended (evicted, failed) one, recreate an out-of-date one when
+    `spec.podUpdate` allows it (`controller.domain.podheal`). Returns the status while the pod is not usable
+    (the next pass follows soon: `retry_in`), None when the pass goes on."""
+    if pod.obj is None and not pod.created_before:
+        return None  # never created yet: the reconcile handler creates the first pod and owns Ready
+    decision = decide_pod(dict(pod.obj) if pod.obj is not None else None, pod.name, pod.desired_hash, pod.policy,
+                          _idle(p), pod.box_deleting)
+    was = p.mem.out_of_date
+    out_of_date = decision.message if decision.out_of_date and decision.action == "none" else None
+    p.mem = replace(p.mem, out_of_date=out_of_date)
+    if decision.action == "none" and not decision.reason:
+        if was != out_of_date and out_of_date:
+            p.event("Normal", C.R_TEMPLATE_CHANGED, out_of_date)
+        return None
+    message = decision.message
+    if decision.action == "delete" and pod.obj is not None:
+        gone: Done = p.ask(DeletePod(pod.name, pod.uid))
+        if gone.ok:
+            failed = decision.reason == C.R_POD_FAILED
+            p.event("Warning" if failed else "Normal", "ReplacingPod" if failed else "RecreatingPod", message)
+    elif decision.action == "create":
+        made: PodCreated = p.ask(CreatePod(pod.name))
+        for type_, reason, text in made.events:
+            p.event(type_, reason, text)
+        if made.created:
+            message = f"Pod {pod.name} was missing; created a new one"
+        elif made.retry_message:
+            message = made.retry_message
+    conds = _conds(p)
+    current = next((c for c in conds if c.get("type") == C.COND_READY), None)
+    if current is None or current.get("reason") in READY_REASONS:
+        conds = set_condition(conds, C.COND_READY, False, decision.reason or C.R_POD_PENDING, message, p.now,
+                              p.obs.generation)
+    conds = _pod_date(p, conds)
+    p.retry_in = HEAL_RETRY_S
+    return BoxStatus({"state": "Pending", "pod": pod.name}, _owned(conds, (C.COND_READY, C.COND_POD_OUT_OF_DATE)))
 
 
 # ---------------------------------------------------------------------------- annotations
@@ -1099,8 +1215,8 @@ def _conds(p: _Pass) -> list[dict[str, Any]]:
 def _pod_date(p: _Pass, conds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """PodOutOfDate: True while the pod predates spec.template; False once it was set and is current."""
     gen = p.obs.generation
-    if p.obs.out_of_date:
-        return set_condition(conds, C.COND_POD_OUT_OF_DATE, True, C.R_TEMPLATE_CHANGED, p.obs.out_of_date, p.now, gen)
+    if p.mem.out_of_date:
+        return set_condition(conds, C.COND_POD_OUT_OF_DATE, True, C.R_TEMPLATE_CHANGED, p.mem.out_of_date, p.now, gen)
     if any(c.get("type") == C.COND_POD_OUT_OF_DATE for c in conds):
         return set_condition(conds, C.COND_POD_OUT_OF_DATE, False, C.R_UP_TO_DATE,
                              "The pod was built from the current spec.template", p.now, gen)

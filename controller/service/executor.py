@@ -22,9 +22,9 @@ from controller import constants as C
 from controller import metrics
 from controller.conditions import rfc3339
 from controller.domain.box import (
-    BLOCKING, JOURNALED, Act, BoxDecision, BoxStatus, ClearAnnotation, Count, Done, InstallLogin, Performed,
-    PostEvent, PressKey, PrintNotice, ReadUsage, RemoveLogin, RunJournal, SendContinue, SwitchSubscription,
-    UsageRead, record_to_status,
+    BLOCKING, JOURNALED, Act, BoxDecision, BoxStatus, ClearAnnotation, Count, CreatePod, DeletePod, Done,
+    InstallLogin, PodCreated, Performed, PostEvent, PressKey, PrintNotice, ReadUsage, RemoveLogin, RunJournal,
+    SendContinue, SwitchSubscription, UsageRead, record_to_status,
 )
 from controller.domain.resume import Journal, JournalAction, Step, TabRecord
 from controller.kube.objects import make_box_secret
@@ -57,15 +57,18 @@ class Executor:
         screen_ready: `async (pane) -> bool`: the agent's input box is on the pane's screen (the adapter's
             detector); used to verify a relaunch.
         tabs: tab name -> the terminal's tab (captures of several tabs in one call).
+        body: the AgentBox object (the pod builder of `CreatePod`).
     """
 
     def __init__(self, rt: Any, namespace: str, name: str, uid: str | None, profile: Any, term: BoxTerminal,
                  post_event: Callable[[str, str, str], None], flush: Flush,
-                 screen_ready: Callable[[str], Awaitable[bool]], tabs: Mapping[str, Any]) -> None:
+                 screen_ready: Callable[[str], Awaitable[bool]], tabs: Mapping[str, Any],
+                 body: Mapping[str, Any] | None = None) -> None:
         self.rt, self.namespace, self.name, self.uid = rt, namespace, name, uid
         self.profile, self.term, self.post_event, self.flush = profile, term, post_event, flush
         self.screen_ready = screen_ready
         self.tabs = tabs
+        self.body = body
         self.done: list[Act] = []
         self.results: dict[Act, Any] = {}
         self.records: dict[str, TabRecord] = {}
@@ -144,6 +147,15 @@ class Executor:
         if isinstance(action, RunJournal):
             ok, how = await self.perform(action.tab, action.pane, action.journal)
             return Performed(action.tab, ok, how, self.rt.clock())
+        if isinstance(action, DeletePod):
+            return Done(bool(await self.rt.kube.delete_pod(self.namespace, action.name, action.uid)))
+        if isinstance(action, CreatePod):
+            from controller.service.boxes import reconcile_box
+
+            outcome = await reconcile_box(dict(self.body or {}), self.rt)
+            created = any(reason == "CreatedPod" for _, reason, _ in outcome.events)
+            retry = outcome.events[-1][2] if outcome.retry_after and outcome.events else None
+            return PodCreated(tuple(outcome.events), created, retry)
         raise TypeError(f"unknown action {type(action).__name__}")  # pragma: no cover
 
     # ------------------------------------------------------------------ write-ahead

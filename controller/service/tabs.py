@@ -27,15 +27,15 @@ from pydantic import ValidationError
 
 from controller import constants as C
 from controller import metrics
-from controller.conditions import set_condition
 from controller.domain.box import (  # noqa: F401 - record helpers re-exported for their former callers
-    READY_REASONS, BoxDecision, BoxFacts, BoxStatus, DecideConfig, Memory, Observation, TabView, candidate_from,
+    READY_REASONS, BoxDecision, BoxFacts, BoxStatus, DecideConfig, Memory, Observation, PodFacts, TabView,
+    candidate_from,
     decide, journal_from_status, journal_to_status, memory_from_status, record_from_status, record_to_status,
     reserve_from,
 )
-from controller.domain.podheal import decide_pod, template_hash
+from controller.domain.podheal import template_hash
 from controller.domain.podstate import box_container_view
-from controller.domain.resume import Phase, ResumeConfig, limit_key, next_pass_in
+from controller.domain.resume import ResumeConfig, limit_key, next_pass_in
 from controller.domain.signals import merge
 from controller.domain.types import Detection, TabState
 from controller.kube.exec import owned_exec
@@ -91,7 +91,6 @@ class BoxWatcher:
         self.writer = StatusWriter(rt.kube, C.AGENTBOX_PLURAL, namespace, name, rt.clock)
         self._uid: str | None = None
         self._pending_switch: dict[str, Any] | None = None  # status.switch found at start: completed first
-        self._out_of_date: str | None = None     # PodOutOfDate message while the pod predates spec.template
         self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
@@ -127,24 +126,24 @@ class BoxWatcher:
             state=status.get("state"), usage_max_age_s=s.usage_max_age_s, stall_s=s.stall_s,
         )
 
-        # ---- observe: the pod
+        # ---- observe: the pod (and decide on it: heal, Ready, or read the tabs)
         pod = await self.rt.kube.get_pod(self.namespace, pod_name(self.name))
         if pod is not None and not owned_by(pod, self._uid):
             # A pod under the box's name that the box does not control: never exec into it.
             await self._run(replace(obs, pod_owned=False, not_owned=str(NotOwned("Pod", pod_name(self.name), self.name))))
             return s.scan_interval_s
-        healing = await self._heal(body, spec, pod)
-        if healing is not None:
-            return healing
-        obs = replace(obs, out_of_date=self._out_of_date)
         container = box_container((pod or {}).get("spec") or {}, spec.container) if pod else None
         view = box_container_view(pod, pod_name(self.name), container)
-        if not facts.watched:
-            session = await self._session_exists(pod, container) if view.running and pod and container else None
-            await self._run(replace(obs, pod=view if pod else None, session=session))
-            return s.scan_interval_s
-        if not pod or not view.running or container is None:
-            await self._run(replace(obs, pod=view if pod else None))
+        session = None
+        if not facts.watched and view.running and pod and container:
+            session = await self._session_exists(pod, container)
+        obs = replace(obs, pod=view if pod else None, session=session, pod_facts=PodFacts(
+            pod_name(self.name), pod, ((pod or {}).get("metadata") or {}).get("uid") or "",
+            template_hash(spec.template), spec.pod_update, bool(meta.get("deletionTimestamp")), bool(status.get("pod"))))
+        first = await self._run(obs, body=body)
+        if first.retry_in is not None:
+            return min(s.scan_interval_s, first.retry_in)
+        if not first.observe_tabs or pod is None or container is None:
             return s.scan_interval_s
 
         # ---- observe: the tabs
@@ -196,13 +195,14 @@ class BoxWatcher:
         return next_pass_in(decision.wake_at, self.rt.clock(), s.stream_rescan_s if live else s.scan_interval_s)
 
     async def _run(self, obs: Observation, term: BoxTerminal | None = None, profile: Any = None,
-                   tabs: dict[str, Any] | None = None, screen_ready: Any = None) -> BoxDecision:
+                   tabs: dict[str, Any] | None = None, screen_ready: Any = None,
+                   body: dict[str, Any] | None = None) -> BoxDecision:
         """decide -> execute until the decision is complete, then record. A pass that fails mid-way keeps the
         journals it wrote ahead in memory (the next pass completes them), nothing else of its decision."""
         mem0 = self.memory or Memory()
         now = self.rt.clock()
         executor = Executor(self.rt, self.namespace, self.name, self._uid, profile, term,  # type: ignore[arg-type]
-                            self.post_event, self._record, screen_ready, tabs or {})
+                            self.post_event, self._record, screen_ready, tabs or {}, body)
         decision: BoxDecision | None = None
         try:
             for _ in range(MAX_ROUNDS):
@@ -372,53 +372,3 @@ class BoxWatcher:
             log.warning("Box %s/%s: exec failed (%s)", self.namespace, self.name, type(exc).__name__)
             return None
         return result.rc == 0
-
-    # ------------------------------------------------------------------ the pod (healing)
-    async def _heal(self, body: dict[str, Any], spec: AgentBoxSpec, pod: dict[str, Any] | None) -> float | None:
-        """Recreate a missing pod, replace an ended (evicted, failed) one, recreate an out-of-date one when
-        `spec.podUpdate` allows it (`controller.domain.podheal`). Returns the delay until the next pass when
-        the pod is not usable now (status says why), None when the pass goes on."""
-        s = self.rt.settings
-        meta = body.get("metadata") or {}
-        now = self.rt.clock()
-        records = (self.memory or Memory()).records
-        idle = all(r.phase in (Phase.IDLE, Phase.UNKNOWN) and r.journal is None
-                   and (r.last_input_at is None or (now - r.last_input_at).total_seconds() >= s.human_idle_s)
-                   for r in records.values())
-        name = pod_name(self.name)
-        if pod is None and not (body.get("status") or {}).get("pod"):
-            return None  # never created yet: the reconcile handler creates the first pod and owns Ready
-        decision = decide_pod(pod, name, template_hash(spec.template), spec.pod_update, idle,
-                              bool(meta.get("deletionTimestamp")))
-        was = self._out_of_date
-        self._out_of_date = decision.message if decision.out_of_date and decision.action == "none" else None
-        if decision.action == "none" and not decision.reason:
-            if was != self._out_of_date and self._out_of_date:
-                self.post_event("Normal", C.R_TEMPLATE_CHANGED, self._out_of_date)
-            return None
-        message = decision.message
-        if decision.action == "delete" and pod is not None:
-            uid = (pod.get("metadata") or {}).get("uid") or ""
-            if await self.rt.kube.delete_pod(self.namespace, name, uid):
-                self.post_event("Warning" if decision.reason == C.R_POD_FAILED else "Normal",
-                                "ReplacingPod" if decision.reason == C.R_POD_FAILED else "RecreatingPod", message)
-        elif decision.action == "create":
-            from controller.service.boxes import reconcile_box
-
-            outcome = await reconcile_box(body, self.rt)
-            for type_, reason, text in outcome.events:
-                self.post_event(type_, reason, text)
-            if any(reason == "CreatedPod" for _, reason, _ in outcome.events):
-                message = f"Pod {name} was missing; created a new one"
-            elif outcome.retry_after:
-                message = outcome.events[-1][2] if outcome.events else message
-        gen = meta.get("generation")
-        conds = set_condition([], C.COND_READY, False, decision.reason or C.R_POD_PENDING, message, now, gen)
-        if self._out_of_date:
-            conds = set_condition(conds, C.COND_POD_OUT_OF_DATE, True, C.R_TEMPLATE_CHANGED, self._out_of_date, now, gen)
-        elif any(c.get("type") == C.COND_POD_OUT_OF_DATE for c in (body.get("status") or {}).get("conditions") or []):
-            conds = set_condition(conds, C.COND_POD_OUT_OF_DATE, False, C.R_UP_TO_DATE,
-                                  "The pod was built from the current spec.template", now, gen)
-        await self.writer.write({"state": "Pending", "pod": name}, conds, _GUARDS)
-        self.writer.forget()  # the next full status write goes through
-        return min(s.scan_interval_s, 1.0)
