@@ -9,6 +9,7 @@ pytest_plugins = [
     "harness.kube_fixtures",
     "harness.world_fixtures",
     "harness.real_agent_fixtures",
+    "harness.operator_process",
 ]
 
 
