@@ -998,7 +998,8 @@ class KubeEmulator:
         while hung and not self._stopping and self._cut(port) == "hang":
             changed = self._changed
             await changed.wait()
-        if self._cut(port) or (hung and self._stopping):
+        gone = hung and (raw.transport is None or raw.transport.is_closing())  # the client left meanwhile
+        if self._cut(port) or (hung and self._stopping) or gone:
             entry.status = 0
             if raw.transport is not None:
                 raw.transport.abort()
