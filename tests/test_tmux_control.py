@@ -214,7 +214,7 @@ async def test_an_attached_human_is_not_disturbed(aexec: AsyncExec, tmux_sockets
     import os
     import subprocess
 
-    from controller.sim.kube import _tmux_env
+    from agentbox_sim.kube import _tmux_env
 
     box_sock = tmux_sockets("default", "box")
     term_sock = tmux_sockets("default", "human-terminal")
