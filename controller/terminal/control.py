@@ -6,7 +6,9 @@ One stream per box carries both directions:
 * **commands**: one command per line on stdin; tmux answers each with a block ``%begin <time> <number>
   <flags>`` ... ``%end|%error <time> <number> <flags>`` in the order the commands were sent, so blocks are
   matched to callers first-in first-out.  Blocks with flags 0 are not ours (the ``attach`` command itself)
-  and are skipped.  tmux never interleaves notifications inside a block.  A block ends only at the
+  and are skipped.  Notifications do not come inside a block, except ``%pause``/``%continue`` (tmux 3.3a
+  sends them inside the block of the command during which they happened), handled as notifications
+  wherever they come.  A block ends only at the
   ``%end``/``%error`` line repeating its ``%begin``'s time and number (a screen line ``%end ...`` inside a
   captured pane does not end it unless it guesses both; and the box's screen is untrusted text anyway: what
   the box prints is never what decides ownership or credentials).
@@ -37,10 +39,11 @@ from controller.constants import TMUX_SESSION
 MIN_VERSION = (3, 2)
 """Oldest tmux whose control mode has client flags (``attach -f ignore-size,pause-after=N``)."""
 
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%:=./,+-]+$")
+_SAFE_WORD = re.compile(r"^(?:%\d+|[A-Za-z0-9_@:=./,+-]+)$")  # "%" only as a pane id: "%0:continue" is a parse error
+_PAUSE = re.compile(rb"^%(?:pause|continue) (%\d+)$")
 _BAD_CHARS = re.compile(r"[\x00\n\r]")
 _VERSION = re.compile(r"tmux (?:next-)?(\d+)\.(\d+)")
-_PANE = re.compile(rb"^%(?:output|extended-output|pause) (%\d+)")
+_PANE = re.compile(rb"^%(?:output|extended-output) (%\d+)")
 _TAB_EVENTS = (b"%window-add", b"%window-close", b"%unlinked-window-add", b"%unlinked-window-close",
                b"%window-renamed", b"%layout-change", b"%session-window-changed", b"%sessions-changed")
 
@@ -86,6 +89,9 @@ def attach_argv(session: str = TMUX_SESSION, pause_after_s: int = 5) -> list[str
 
 def quote(word: str) -> str:
     """One argument for tmux's command parser: as is when plain, else single-quoted (``'`` as ``'\\''``).
+
+    Plain: letters, digits and ``_@:=./,+-``, or a bare pane id (``%3``); tmux 3.3a's parser refuses a
+    word such as ``%3:continue`` unquoted ("parse error: syntax error").
 
     :raises ControlError: ``"unquotable"`` for NUL, CR or LF (a line ends a command in control mode).
     """
@@ -261,6 +267,13 @@ class ControlClient:
         elif self._block[1] is not None:
             self._block[1].too_large = True
 
+    def _flow(self, line: bytes, pane: str) -> None:
+        if line.startswith(b"%pause"):
+            self.paused.add(pane)
+        else:
+            self.paused.discard(pane)
+        self._mark(pane)
+
     def _mark(self, pane: str) -> None:
         self.dirty.add(pane)
         self.changed.set()
@@ -268,6 +281,13 @@ class ControlClient:
     def _line(self, line: bytes) -> None:
         if self._block is not None:
             key, pending = self._block
+            flow = _PAUSE.match(line)
+            if flow is not None:
+                # tmux 3.3a sends %pause/%continue inside the block of the command that caused them (a
+                # refresh-client -A, or any command while a pane falls behind): a notification, not output.
+                # A screen line reading exactly "%pause %3" only costs a capture and a continue.
+                self._flow(line, flow.group(1).decode())
+                return
             if (line.startswith(b"%end ") or line.startswith(b"%error ")) and \
                     line.split(b" ", 1)[1].rsplit(b" ", 1)[0] == key:
                 self._block = None
@@ -292,12 +312,13 @@ class ControlClient:
             pending = self._waiting.pop(0) if ours and self._waiting else None
             self._block = (parts[1] + b" " + parts[2], pending)
             return
+        flow = _PAUSE.match(line)
+        if flow is not None:
+            self._flow(line, flow.group(1).decode())
+            return
         m = _PANE.match(line)
         if m:
-            pane = m.group(1).decode()
-            if line.startswith(b"%pause"):
-                self.paused.add(pane)
-            self._mark(pane)
+            self._mark(m.group(1).decode())
         elif line.startswith(_TAB_EVENTS):
             self.tabs_changed = True
             self.changed.set()
