@@ -209,6 +209,8 @@ class TabStatus(_Model):
     attempts: int = Field(0, description="Resumes sent for consecutive limit events without progress.")
     stopped_by_reserve: bool = Field(False, description="The reserve stopped this tab; it resumes when the reserve lifts.")
     journal: TabJournal | None = Field(None, description="The multi-step action in progress on this tab (absent when none).")
+    menu_answered_for: str | None = Field(None, max_length=64, description="Limit event whose rate-limit menu the controller answered (once per limit event; a menu still open after settleS is left to a human).")
+    menu_answered_at: Instant | None = Field(None, description="When that menu was answered (UTC RFC 3339).")
 
 
 class SwitchJournal(_Model):

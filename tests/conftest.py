@@ -9,4 +9,5 @@ pytest_plugins = [
     "harness.kube_fixtures",
     "harness.world_fixtures",
     "harness.real_agent_fixtures",
+    "harness.operator_process",
 ]

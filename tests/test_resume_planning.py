@@ -121,6 +121,28 @@ def test_limit_menu_is_answered_by_its_displayed_number():
     assert plan.action == Action.ANSWER_MENU and plan.menu_choice == 2
 
 
+def test_limit_menu_is_answered_once_per_limit_event_then_left_to_a_human():
+    """Before: a menu that stayed open was answered again on every pass (a key a second)."""
+    from dataclasses import replace
+
+    menu = limited(limit_menu=True, menu_choice=2)
+    first = plan_tab(TabRecord("t"), menu, None, T0, CFG)
+    assert first.action == Action.ANSWER_MENU
+    answered = replace(first.record, menu_for=first.record.limit_key, menu_at=T0)
+    waiting = plan_tab(answered, menu, None, T0 + timedelta(seconds=1), CFG)
+    assert waiting.action == Action.NONE and waiting.record.phase != Phase.NEEDS_ATTENTION
+    assert waiting.wake_at == T0 + timedelta(seconds=CFG.settle_s)
+    stuck = plan_tab(waiting.record, menu, None, T0 + timedelta(seconds=CFG.settle_s + 1), CFG)
+    assert stuck.action == Action.NONE and stuck.record.phase == Phase.NEEDS_ATTENTION
+    assert stuck.event == "LimitMenuStillOpen"
+    later = plan_tab(stuck.record, menu, None, T0 + timedelta(seconds=CFG.settle_s + 30), CFG)
+    assert later.action == Action.NONE and later.event is None, "one Warning, never a second key"
+    # A new limit event (another reset) opens a new menu: answered once again.
+    other = limited(reset=RESET + timedelta(hours=5), limit_menu=True, menu_choice=2,
+                    evidence="You've hit your 5-hour limit · resets 7pm (UTC)")
+    assert plan_tab(later.record, other, None, T0 + timedelta(seconds=60), CFG).action == Action.ANSWER_MENU
+
+
 def test_limit_menu_without_stop_option_asks_a_human():
     plan = plan_tab(TabRecord("t"), limited(limit_menu=True, menu_choice=None), None, T0, CFG)
     assert plan.action == Action.NONE and plan.record.phase == Phase.NEEDS_ATTENTION

@@ -73,7 +73,8 @@ class TabRecord:
 
     All instants are UTC. `limit_key` identifies the limit event being handled; `sent_for` the
     event a resume was already sent for; `attempts` counts the resumes actually sent since the
-    agent last made progress (one per send, never per scan).
+    agent last made progress (one per send, never per scan). `menu_for` is the limit event whose
+    rate-limit menu was answered, at `menu_at` (the menu is answered once per limit event).
     """
 
     name: str
@@ -91,6 +92,8 @@ class TabRecord:
     last_input_at: datetime | None = None
     stopped_by_reserve: bool = False
     journal: "Journal | None" = None
+    menu_for: str | None = None
+    menu_at: datetime | None = None
 
 
 class Action(str, enum.Enum):
@@ -268,6 +271,15 @@ def _schedule(rec: TabRecord, det: Detection, now: datetime, cfg: ResumeConfig, 
         if det.menu_choice is None:
             return _needs_attention(rec, "The rate-limit menu is open and has no 'Stop and wait' option",
                                     "NeedsAttention")
+        if rec.menu_for is not None and rec.menu_for == rec.limit_key:
+            # Answered once for this limit event: never pressed again. The menu may take a moment to
+            # close; still open after `settle_s`, it is a human's to look at (one Warning).
+            answered = rec.menu_at or now
+            if now - answered < timedelta(seconds=cfg.settle_s):
+                return TabPlan(replace(rec, message=f"Answered the rate-limit menu with option {det.menu_choice}; "
+                                       "waiting for it to close"), wake_at=answered + timedelta(seconds=cfg.settle_s))
+            return _needs_attention(rec, f"The rate-limit menu stayed open after option {det.menu_choice} "
+                                    "('Stop and wait') was pressed once; it is not pressed again", "LimitMenuStillOpen")
         if busy_until:
             return TabPlan(replace(rec, message="Rate-limit menu open; a human typed recently"), wake_at=busy_until)
         return TabPlan(replace(rec, message=f"Answering the rate-limit menu with option {det.menu_choice}"),

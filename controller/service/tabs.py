@@ -68,6 +68,7 @@ def record_from_status(tab: dict[str, Any]) -> TabRecord:
         sent_at=_parse_time(tab.get("sentAt")), attempts=int(tab.get("attempts") or 0),
         last_input_at=_parse_time(tab.get("lastInputAt")), stopped_by_reserve=bool(tab.get("stoppedByReserve")),
         journal=journal_from_status(tab.get("journal")),
+        menu_for=tab.get("menuAnsweredFor"), menu_at=_parse_time(tab.get("menuAnsweredAt")),
     )
 
 
@@ -107,6 +108,7 @@ def record_to_status(rec: TabRecord, tab_id: str | None) -> dict[str, Any]:
         "limitKey": rec.limit_key, "sentFor": rec.sent_for, "sentAt": rfc3339(rec.sent_at),
         "attempts": rec.attempts, "stoppedByReserve": rec.stopped_by_reserve or None,
         "journal": journal_to_status(rec.journal),
+        "menuAnsweredFor": rec.menu_for, "menuAnsweredAt": rfc3339(rec.menu_at),
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -786,7 +788,8 @@ class BoxWatcher:
             when = f"resets {rfc3339(det.resets_at)}" if det.resets_at else "no reset time on screen"
             nxt = rec.message or "the reset has passed; checking the subscription's usage now"
             self.post_event("Normal", "LimitDetected", f"Tab {tab.name}: usage limit ({when}); {nxt}")
-        elif plan.event in ("ResumeNotTakingEffect", "PromptNotEmpty", "OutOfCredits", "NeedsAttention", "Stalled"):
+        elif plan.event in ("ResumeNotTakingEffect", "PromptNotEmpty", "OutOfCredits", "NeedsAttention", "Stalled",
+                            "LimitMenuStillOpen"):
             self.post_event("Warning", plan.event, f"Tab {tab.name}: {rec.message}")
         elif plan.event == "LimitCameBack":
             self.post_event("Normal", "LimitCameBack", f"Tab {tab.name}: {rec.message}")
@@ -798,7 +801,9 @@ class BoxWatcher:
             self.post_event("Normal", "AnsweredLimitMenu",
                             f"Tab {tab.name}: chose option {plan.menu_choice} 'Stop and wait for limit to reset'"
                             + ("" if moved else " (screen did not change)"))
-            return replace(plan, record=replace(rec, journal=None), wake_at=self.rt.clock() + timedelta(seconds=1))
+            # Once per limit event: the next passes wait for the menu to close (domain.resume._schedule).
+            answered = replace(rec, journal=None, menu_for=rec.limit_key, menu_at=self.rt.clock())
+            return replace(plan, record=answered, wake_at=self.rt.clock() + timedelta(seconds=1))
 
         return plan
 
@@ -1029,8 +1034,9 @@ class BoxWatcher:
         journal = replace(journal, recoveries=journal.recoveries + 1).at(verdict.step, now)
         ok, how = await self._perform(term, tab, spec.agent, tz, patterns, journal)
         rec = self.records[tab.name]  # type: ignore[index]
-        if not sent:
-            return TabPlan(replace(rec, journal=None), wake_at=now + timedelta(seconds=1))
+        if not sent:  # the menu was answered (once per limit event: see domain.resume._schedule)
+            return TabPlan(replace(rec, journal=None, menu_for=journal.for_key or rec.limit_key, menu_at=self.rt.clock()),
+                           wake_at=now + timedelta(seconds=1))
         metrics.RESUMES.labels(self.namespace, self.name, spec.agent, "ok" if ok else "no_effect").inc()
         if ok:
             self.post_event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset "

@@ -7,7 +7,8 @@ Claude Code 2.1.x and Codex 0.169) and react to keys the way the real TUIs do:
   it shows `You've hit your 5-hour limit · resets 5:13pm (UTC)`; with `--auto-continue` the
   native wait line instead, and (unless `--auto-continue-fails`) it continues by itself
   `--auto-continue-after` seconds after the reset; with `--menu` the rate-limit options menu,
-  answered by its number keys (`--menu-no-stop`: a menu without the 'Stop and wait' option).
+  answered by its number keys (`--menu-no-stop`: a menu without the 'Stop and wait' option;
+  `--menu-sticky`: a menu that stays open after its number is pressed).
   `--prompt` opens a permission prompt first. `--refuse-after-reset N`: the limit comes back (the same
   line) on the first N submits after the reset, as a provider still refusing after its printed reset.
 * Codex: a `› ` composer with the placeholder `Ask Codex to do anything`; the limit line
@@ -207,6 +208,8 @@ class FakeAgent:
             if ch.isdigit() and 1 <= int(ch) <= len(options):
                 choice = options[int(ch) - 1]
                 _log("menu", choice=choice)
+                if self.ns.menu_sticky:
+                    return  # the key was taken, the menu stays open (a stuck or redrawn menu)
                 if choice == "stop":
                     self.mode = "limited"
                 else:
@@ -331,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--menu", action="store_true", help="Claude Code: open the rate-limit options menu")
     p.add_argument("--menu-upgrade-first", action="store_true", help="menu lists 'Upgrade your plan' first")
     p.add_argument("--menu-no-stop", action="store_true", help="menu without a 'Stop and wait' option")
+    p.add_argument("--menu-sticky", action="store_true", help="the menu stays open after its number is pressed")
     p.add_argument("--refuse-after-reset", type=int, default=0,
                    help="the limit comes back (same line) on this many submits after the reset")
     p.add_argument("--prompt", action="store_true", help="open a permission prompt instead of hitting the limit")
