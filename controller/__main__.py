@@ -171,7 +171,7 @@ def _crds(ns: argparse.Namespace) -> int:
 
 def _demo(ns: argparse.Namespace) -> int:
     try:
-        from controller.demo import run_demo
+        from agentbox_sim.demo import run_demo
     except ImportError as exc:  # kmock is a test/demo extra
         print(f"demo needs the test extra (pip install 'agentbox-controller[test]'): {exc}", file=sys.stderr)
         return 2

@@ -23,8 +23,8 @@ import pytest
 
 from controller import constants as C
 from controller.election import ElectionTimings
-from controller.sim.kube import JournalEntry
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.kube import JournalEntry
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 from tests.test_resume_scenarios import at, submits, tab_status
 
 pytestmark = pytest.mark.component

@@ -1,4 +1,4 @@
-"""The emulated API server (controller.sim.kube) and the audited exec function (controller.kube.exec).
+"""The emulated API server (agentbox_sim.kube) and the audited exec function (controller.kube.exec).
 
 Everything goes over real HTTP on loopback: the official client (blocking, so through asyncio.to_thread:
 the emulator serves on the test's loop), aiohttp for exact content types and watch streams, and the real
@@ -24,7 +24,7 @@ from harness.kube_fixtures import run_operator
 from kubernetes.client.rest import ApiException
 
 from controller.kube.exec import ExecError, ExecResult, apod_exec, pod_exec
-from controller.sim.kube import KubeEmulator, LocalExec, TmuxSockets, parse_label_selector
+from agentbox_sim.kube import KubeEmulator, LocalExec, TmuxSockets, parse_label_selector
 
 pytestmark = pytest.mark.component
 
