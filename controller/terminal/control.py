@@ -6,7 +6,9 @@ One stream per box carries both directions:
 * **commands**: one command per line on stdin; tmux answers each with a block ``%begin <time> <number>
   <flags>`` ... ``%end|%error <time> <number> <flags>`` in the order the commands were sent, so blocks are
   matched to callers first-in first-out.  Blocks with flags 0 are not ours (the ``attach`` command itself)
-  and are skipped.  A block ends only at the ``%end``/``%error`` line repeating its ``%begin``'s time and
+  and are skipped.  Notifications do not come inside a block, except ``%pause``/``%continue`` (tmux 3.3a
+  sends them inside the block of the command during which they happened), handled as notifications
+  wherever they come.  A block ends only at the ``%end``/``%error`` line repeating its ``%begin``'s time and
   number.  Command output inside a block is NOT escaped (a captured screen is raw text), and both numbers
   are guessable (seconds, and a server-wide counter any tmux client in the box can watch), so a pane can
   print a line that ends a capture's block early and forge the blocks after it.  Every :meth:`ControlClient.command`
@@ -50,11 +52,11 @@ from controller.constants import TMUX_SESSION
 MIN_VERSION = (3, 2)
 """Oldest tmux whose control mode has client flags (``attach -f ignore-size,pause-after=N``)."""
 
-# `%` is not safe: tmux's parser reads `%0:continue` as a syntax error (tmux 3.3a); `'%0:continue'` is fine
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@:=./,+-]+$")
+_SAFE_WORD = re.compile(r"^(?:%\d+|[A-Za-z0-9_@:=./,+-]+)$")  # "%" only as a pane id: "%0:continue" is a parse error
+_PAUSE = re.compile(rb"^%(?:pause|continue) (%\d{1,10})$")
 _BAD_CHARS = re.compile(r"[\x00\n\r]")
 _VERSION = re.compile(r"tmux (?:next-)?(\d+)\.(\d+)")
-_PANE = re.compile(rb"^%(?:output|extended-output|pause) (%\d{1,10})(?: |$)")
+_PANE = re.compile(rb"^%(?:output|extended-output) (%\d{1,10})(?: |$)")
 _BLOCK = re.compile(rb"^%(begin|end|error) (\d{1,20}) (\d{1,20}) (\d{1,10})$")
 SYNC_PREFIX = "abx-sync-"
 MAX_DIRTY = 1024
@@ -106,6 +108,9 @@ def attach_argv(session: str = TMUX_SESSION, pause_after_s: int = 5) -> list[str
 
 def quote(word: str) -> str:
     """One argument for tmux's command parser: as is when plain, else single-quoted (``'`` as ``'\\''``).
+
+    Plain: letters, digits and ``_@:=./,+-``, or a bare pane id (``%3``); tmux 3.3a's parser refuses a
+    word such as ``%3:continue`` unquoted ("parse error: syntax error").
 
     :raises ControlError: ``"unquotable"`` for NUL, CR or LF (a line ends a command in control mode).
     """
@@ -343,6 +348,15 @@ class ControlClient:
         elif self._block[1] is not None:
             self._block[1].too_large = True
 
+    def _flow(self, line: bytes, pane: str) -> None:
+        """``%pause``: tmux paused the pane (``pause-after``): changed, continued at its capture; one this
+        client asked for (:meth:`pause_panes`) is already known.  ``%continue``: nothing new to see."""
+        if line.startswith(b"%pause"):
+            if pane not in self.paused:
+                self._mark(pane, paused=True)
+        else:
+            self.paused.discard(pane)
+
     def _mark(self, pane: str, paused: bool = False) -> None:
         if (pane not in self.known) if self.known is not None else len(self.dirty) >= MAX_DIRTY:
             self.tabs_changed = True  # a pane the last list did not show: list again
@@ -383,6 +397,13 @@ class ControlClient:
             return  # not protocol (a banner, noise): ignored
         if self._block is not None:
             key, pending = self._block
+            flow = _PAUSE.match(line)
+            if flow is not None:
+                # tmux 3.3a sends %pause/%continue inside the block of the command that caused them (a
+                # refresh-client -A, or any command while a pane falls behind): a notification, not output.
+                # A screen line reading exactly "%pause %3" only costs a capture and a continue.
+                self._flow(line, flow.group(1).decode())
+                return
             if line.startswith((b"%end ", b"%error ")):
                 m = _BLOCK.match(line)
                 if m and m.group(2) + b" " + m.group(3) == key:
@@ -411,9 +432,13 @@ class ControlClient:
         if line.startswith((b"%end ", b"%error ")):
             self._violation("protocol")  # an end outside any block: a block was ended early by forged text
             return
+        flow = _PAUSE.match(line)
+        if flow is not None:
+            self._flow(line, flow.group(1).decode())
+            return
         m = _PANE.match(line)
         if m:
-            self._mark(m.group(1).decode(), paused=line.startswith(b"%pause"))
+            self._mark(m.group(1).decode())
         elif line.startswith(_TAB_EVENTS):
             self.tabs_changed = True
             self.changed.set()
