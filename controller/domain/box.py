@@ -135,6 +135,23 @@ class PodFacts:
 
 
 @dataclass(frozen=True)
+class StreamView:
+    """The live tmux stream of the box (`controller.terminal.stream.BoxStream`).
+
+    Attributes:
+        connected: the stream is attached.
+        why: why it is not (None when unknown).
+        given_up: it failed too often; the box is polled until its pod changes.
+        pod: uid of the pod the stream belongs to (one StreamUnusable Warning per pod).
+    """
+
+    connected: bool
+    why: str | None = None
+    given_up: bool = False
+    pod: str | None = None
+
+
+@dataclass(frozen=True)
 class Reserve:
     """spec.reserve of a Subscription (percent 0-100 of each window to keep)."""
 
@@ -163,7 +180,7 @@ class Observation:
             "files"); a source not present was not checked this pass (its last problems stand).
         subscriptions: the namespace's Subscriptions as rotation candidates; None when not listed.
         reserves: spec.reserve per Subscription name.
-        stream: None without a live tmux stream; else (connected, why it is not).
+        stream: None without a live tmux stream; else its state.
         pending_switch: status.switch left by a previous controller (a dict with `to`), or None.
         usage_max_age_s: the oldest usage a resume may rely on (seconds).
         stall_s: a tab unchanged this long with no limit needs a human (seconds).
@@ -185,7 +202,7 @@ class Observation:
     input_problems: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     subscriptions: tuple[Candidate, ...] | None = None
     reserves: Mapping[str, Reserve] = field(default_factory=dict)
-    stream: tuple[bool, str | None] | None = None
+    stream: StreamView | None = None
     pending_switch: Mapping[str, Any] | None = None
     usage_max_age_s: float = 60.0
     stall_s: float = 1800.0
@@ -214,6 +231,7 @@ class Memory:
         output_problem: the box printed too much (announced once).
         squatter: the PodNotOwned message already announced.
         out_of_date: PodOutOfDate message while the pod predates spec.template, else None.
+        stream_warned: uid of the pod whose unusable stream was reported (one Warning per pod).
         loaded: the memory was rebuilt from status (a restarted controller starts from status).
     """
 
@@ -234,6 +252,7 @@ class Memory:
     output_problem: str | None = None
     squatter: str | None = None
     out_of_date: str | None = None
+    stream_warned: str | None = None
     loaded: bool = False
 
 
@@ -1308,13 +1327,16 @@ def _tabs_status(p: _Pass, obs: Observation, problem: tuple[str, str] | None = N
         conds = set_condition(conds, C.COND_RESERVED, False, "BelowReserve",
                               "The subscription's reserve is not reached", now, gen)
     if obs.stream is not None:
-        connected, why = obs.stream
-        if connected:
+        if obs.stream.connected:
             conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, "Streaming",
                                   "The live tmux stream is attached", now, gen)
         else:
-            conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, "Polling",
-                                  f"Polling the tabs: {why or 'the live tmux stream is down; reconnecting'}", now, gen)
+            why = f"Polling the tabs: {obs.stream.why or 'the live tmux stream is down; reconnecting'}"
+            conds = set_condition(conds, C.COND_TERMINAL_STREAM, False,
+                                  C.R_STREAM_UNUSABLE if obs.stream.given_up else "Polling", why, now, gen)
+            if obs.stream.given_up and p.mem.stream_warned != obs.stream.pod:
+                p.mem = mem = replace(p.mem, stream_warned=obs.stream.pod)
+                p.event("Warning", C.R_STREAM_UNUSABLE, why)
     state = ("NeedsAttention" if attention or problem else "Reserved" if mem.reserved
              else "RateLimited" if limited or mem.group_exhausted else "Running")
     fields = {

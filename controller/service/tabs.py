@@ -28,8 +28,8 @@ from pydantic import ValidationError
 from controller import constants as C
 from controller import metrics
 from controller.domain.box import (  # noqa: F401 - record helpers re-exported for their former callers
-    READY_REASONS, BoxDecision, BoxFacts, BoxStatus, DecideConfig, Memory, Observation, PodFacts, TabView,
-    candidate_from,
+    READY_REASONS, BoxDecision, BoxFacts, BoxStatus, DecideConfig, Memory, Observation, PodFacts, StreamView,
+    TabView, candidate_from,
     decide, journal_from_status, journal_to_status, memory_from_status, record_from_status, record_to_status,
     reserve_from,
 )
@@ -242,10 +242,11 @@ class BoxWatcher:
             stop_to_switch=profile.stop_to_switch_login,
         )
 
-    def _stream_state(self) -> tuple[bool, str | None] | None:
+    def _stream_state(self) -> StreamView | None:
         if self.stream is None:
             return None
-        return (True, None) if self.stream.connected else (False, self.stream.unavailable)
+        return StreamView(self.stream.connected, self.stream.unavailable,
+                          self.stream.failures >= self.stream.max_failures, self._stream_pod)
 
     def _screen_ready(self, term: BoxTerminal, agent: str, tz: str, patterns: list[Any]) -> Any:
         async def ready(pane: str) -> bool:
