@@ -26,10 +26,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping, Union
+from typing import Any, Mapping
 
 from controller import constants as C
 from controller.conditions import rfc3339, set_condition
+from controller.domain.actions import (  # noqa: F401 - the action types are part of this module's interface
+    BLOCKING, JOURNALED, Act, ClearAnnotation, Count, CreatePod, DeletePod, Done, InstallLogin, PodCreated,
+    Performed, PostEvent, PressKey, PrintNotice, ReadUsage, RemoveLogin, RunJournal, SendContinue,
+    SwitchSubscription, UsageRead,
+)
 from controller.domain.podheal import decide_pod
 from controller.domain.podstate import ContainerView
 from controller.domain.resume import (
@@ -38,7 +43,7 @@ from controller.domain.resume import (
 )
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
 from controller.domain.signals import last_lines
-from controller.domain.types import Detection, LimitKind, TabState, Usage, plausible_reset
+from controller.domain.types import Detection, LimitKind, TabState, plausible_reset
 from controller.redact import STATUS_MESSAGE_MAX, bounded
 
 READY_REASONS = frozenset({
@@ -206,7 +211,7 @@ class Observation:
     pending_switch: Mapping[str, Any] | None = None
     usage_max_age_s: float = 60.0
     stall_s: float = 1800.0
-    results: Mapping["Act", Any] = field(default_factory=dict)
+    results: Mapping[Act, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -254,172 +259,6 @@ class Memory:
     out_of_date: str | None = None
     stream_warned: str | None = None
     loaded: bool = False
-
-
-# ============================================================================ actions
-@dataclass(frozen=True)
-class PostEvent:
-    """Post a Kubernetes Event on the box (`type` Normal|Warning)."""
-
-    type: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Count:
-    """Count in a metric of `controller.metrics` (`metric` is its attribute name); `value` None = inc(),
-    else observe(value) (seconds)."""
-
-    metric: str
-    labels: tuple[str, ...]
-    value: float | None = None
-
-
-@dataclass(frozen=True)
-class PressKey:
-    """Press one tmux key (e.g. "Escape") in a pane."""
-
-    tab: str
-    pane: str
-    key: str
-
-
-@dataclass(frozen=True)
-class PrintNotice:
-    """Print a line of text on a tab's terminal."""
-
-    tab: str
-    pane: str
-    text: str
-
-
-@dataclass(frozen=True)
-class RemoveLogin:
-    """Remove the agent's login file from the box (the reserve stop)."""
-
-
-@dataclass(frozen=True)
-class ClearAnnotation:
-    """Remove an annotation from the box (a consumed request)."""
-
-    key: str
-
-
-@dataclass(frozen=True)
-class ReadUsage:
-    """Blocking: re-read the usage of subscription `subscription`, no older than `max_age_s` seconds.
-    Result: `UsageRead`."""
-
-    subscription: str
-    max_age_s: float
-    tabs: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class InstallLogin:
-    """Blocking: install the login of `subscription` (box Secret and the agent's live file).
-    Result: `Done` (ok False when its login Secret is missing or invalid). `why`: "restore" | "complete"."""
-
-    subscription: str
-    why: str
-
-
-@dataclass(frozen=True)
-class SwitchSubscription:
-    """Blocking: move the box from `old` to `new`, journaled in status.switch: stop the agents of `stop`
-    (tab, pane) with the adapter's interrupt keys, install the new login, record the new subscription.
-    Result: `Done` (ok False when the new login is unusable: nothing changed)."""
-
-    old: str | None
-    new: str
-    reason: str
-    trigger: str
-    limited: tuple[str, ...]
-    stop: tuple[tuple[str, str], ...]
-    started_at: datetime
-
-
-@dataclass(frozen=True)
-class SendContinue:
-    """Blocking: type the continue text in every pane of `tabs` ((tab, pane) pairs) in one call, then Enter
-    in a second. Journaled: each tab's record holds its journal (written ahead). Result: a tuple of
-    `Performed`, one per tab."""
-
-    tabs: tuple[tuple[str, str], ...]
-    text: str
-
-
-@dataclass(frozen=True)
-class RunJournal:
-    """Blocking: perform `journal` in one tab from its current step (written ahead step by step): a
-    restart-and-continue, a menu answer, a continue, or one left unfinished. `why` is what the result
-    answers: "resume" | "menu" | "recover" | "restore". Result: `Performed`."""
-
-    tab: str
-    pane: str
-    journal: Journal
-    why: str
-    for_recovery: str = ""
-
-
-@dataclass(frozen=True)
-class DeletePod:
-    """Blocking: delete the box pod `name` with a uid precondition (an ended or out-of-date pod; the next
-    pass creates it again). Result: `Done` (ok False when it was already gone or replaced)."""
-
-    name: str
-    uid: str
-
-
-@dataclass(frozen=True)
-class CreatePod:
-    """Blocking: create the missing box pod (the reconcile's builder, `controller.service.boxes`).
-    Result: `PodCreated`."""
-
-    name: str
-
-
-@dataclass(frozen=True)
-class PodCreated:
-    """Result of `CreatePod`: the reconcile's Events, whether the pod was created, its retry message."""
-
-    events: tuple[tuple[str, str, str], ...]
-    created: bool
-    retry_message: str | None = None
-
-
-@dataclass(frozen=True)
-class UsageRead:
-    """Result of `ReadUsage`: the usage (None when unreadable) and the instant it was read (UTC)."""
-
-    usage: Usage | None
-    at: datetime
-
-
-@dataclass(frozen=True)
-class Performed:
-    """Result of a journaled action on one tab: it moved on (`ok`), what was done, when it ended (UTC)."""
-
-    tab: str
-    ok: bool
-    how: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class Done:
-    """Result of `InstallLogin` / `SwitchSubscription`."""
-
-    ok: bool
-
-
-Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, ReadUsage, InstallLogin,
-            SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod]
-BLOCKING = (ReadUsage, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod)
-"""Actions whose result the decision needs (`Observation.results`)."""
-JOURNALED = (SendContinue, RunJournal)
-"""Actions whose tab journals are written to status before their first key."""
 
 
 @dataclass(frozen=True)
@@ -593,6 +432,7 @@ class _Pass:
         self.obs, self.now, self.cfg = obs, now, cfg
         self.actions: list[Act] = []
         self.records: dict[str, TabRecord] = dict(mem.records)
+        self.seen: dict[str, tuple[str, datetime]] = dict(mem.seen)
         self.mem = mem
         self.wake: dict[str, datetime | None] = {}
         self.retry_in: float | None = None
@@ -677,7 +517,7 @@ def decide(obs: Observation, memory: Memory, now: datetime, cfg: DecideConfig | 
         status = _decide(p)
     except _Blocked:
         complete, status = False, None
-    mem = replace(p.mem, records=p.records)
+    mem = replace(p.mem, records=p.records, seen=p.seen)
     if status is None and not complete:
         status = _watched_status(p)  # what the journals are written ahead with
     return BoxDecision(tuple(p.actions), mem, status, tuple(p.wake.values()), complete, p.retry_in,
@@ -727,8 +567,8 @@ def _decide(p: _Pass) -> BoxStatus | None:
     _plan_tabs(p, dets, annotations, resume_on)
     live = {t.name for t in obs.tabs}
     p.records = {k: v for k, v in p.records.items() if k in live}
-    p.mem = replace(p.mem, seen={k: v for k, v in p.mem.seen.items() if k in live},
-                    tab_ids={k: v for k, v in p.mem.tab_ids.items() if k in live})
+    p.seen = {k: v for k, v in p.seen.items() if k in live}
+    p.mem = replace(p.mem, tab_ids={k: v for k, v in p.mem.tab_ids.items() if k in live})
     if C.ANNOTATION_RESUME_NOW in annotations:
         p.actions.append(ClearAnnotation(C.ANNOTATION_RESUME_NOW))
     return _watched_status(p)
@@ -832,7 +672,7 @@ def _apply_annotations(p: _Pass, plan: TabPlan, det: Detection, annotations: Map
     if C.ANNOTATION_RESUME_AT in annotations and C.ANNOTATION_RESUME_NOW not in annotations:
         p.mem = replace(p.mem, resume_at_done=annotations[C.ANNOTATION_RESUME_AT])  # once, not every pass
     if stalled:
-        p.mem = replace(p.mem, seen={k: v for k, v in p.mem.seen.items() if k != rec.name})
+        p.seen.pop(rec.name, None)
     return TabPlan(replace(rec, resets_at=None), action=PlanAction.CHECK_USAGE, event="ResumeRequested")
 
 
@@ -1068,10 +908,9 @@ def _plan_tabs(p: _Pass, dets: dict[str, Detection], annotations: Mapping[str, s
         det = dets[tab.name]
         plan = plan_tab(p.rec(tab.name), det, tab.last_input_at, p.now, cfg, resume_on)
         digest = hashlib.sha256(tab.screen.encode(errors="replace")).hexdigest()[:16]
-        seen = p.mem.seen.get(tab.name)
+        seen = p.seen.get(tab.name)
         if seen is None or seen[0] != digest:
-            seen = (digest, p.now)
-            p.mem = replace(p.mem, seen={**p.mem.seen, tab.name: seen})
+            seen = p.seen[tab.name] = (digest, p.now)
         stalled = stall_plan(plan.record, det, seen[1], p.now, p.obs.stall_s, last_lines(tab.screen))
         if stalled is not None:
             plan = stalled

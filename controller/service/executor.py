@@ -38,6 +38,8 @@ log = logging.getLogger("agentbox.executor")
 
 Flush = Callable[[BoxStatus], Awaitable[None]]
 """Writes a status snapshot now (a write-ahead point)."""
+WriteFields = Callable[[dict[str, Any]], Awaitable[Any]]
+"""Writes status fields now through the box's one status writer (the switch journal)."""
 
 
 class ReplayMismatch(RuntimeError):
@@ -58,17 +60,19 @@ class Executor:
             detector); used to verify a relaunch.
         tabs: tab name -> the terminal's tab (captures of several tabs in one call).
         body: the AgentBox object (the pod builder of `CreatePod`).
+        write_fields: writes status fields through the box's status writer (status.switch, the switch journal).
     """
 
     def __init__(self, rt: Any, namespace: str, name: str, uid: str | None, profile: Any, term: BoxTerminal,
                  post_event: Callable[[str, str, str], None], flush: Flush,
                  screen_ready: Callable[[str], Awaitable[bool]], tabs: Mapping[str, Any],
-                 body: Mapping[str, Any] | None = None) -> None:
+                 body: Mapping[str, Any] | None = None, write_fields: WriteFields | None = None) -> None:
         self.rt, self.namespace, self.name, self.uid = rt, namespace, name, uid
         self.profile, self.term, self.post_event, self.flush = profile, term, post_event, flush
         self.screen_ready = screen_ready
         self.tabs = tabs
         self.body = body
+        self.write_fields = write_fields
         self.done: list[Act] = []
         self.results: dict[Act, Any] = {}
         self.records: dict[str, TabRecord] = {}
@@ -170,6 +174,12 @@ class Executor:
             tabs = [record_to_status(r, self._tab_ids.get(r.name)) for r in self.records.values()]
             await self.flush(replace(self._status, fields={**self._status.fields, "tabs": tabs}))
 
+    async def _write(self, fields: dict[str, Any]) -> None:
+        if self.write_fields is not None:
+            await self.write_fields(fields)
+        else:
+            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, fields)
+
     # ------------------------------------------------------------------ logins and usage
     async def _login(self, subscription: str) -> tuple[str, str, Any] | None:
         """(provider, login file text, parsed Login) of a subscription; None when unusable."""
@@ -221,8 +231,7 @@ class Executor:
             # The switch a previous controller left in status.switch: finished (or given up) now, once.
             if login is not None:
                 await self._put_login(login[1])
-            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
-                                            {"switch": None, **({"subscription": action.subscription} if login else {})})
+            await self._write({"switch": None, **({"subscription": action.subscription} if login else {})})
             return Done(login is not None)
         if login is None:
             return Done(False)
@@ -238,14 +247,12 @@ class Executor:
         journal = {"to": action.new, "fromSubscription": action.old, "step": "StopAgents",
                    "startedAt": rfc3339(action.started_at), "tabs": list(action.limited)[:64],
                    "reason": bounded(action.reason, 1024)}
-        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, {"switch": journal})
+        await self._write({"switch": journal})
         for _, pane in action.stop:
             await self._interrupt(pane)
-        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
-                                        {"switch": {**journal, "step": "InstallLogin"}})
+        await self._write({"switch": {**journal, "step": "InstallLogin"}})
         await self._put_login(login[1])
-        await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
-                                        {"subscription": action.new, "switch": None})
+        await self._write({"subscription": action.new, "switch": None})
         return Done(True)
 
     # ------------------------------------------------------------------ keys

@@ -202,7 +202,7 @@ class BoxWatcher:
         mem0 = self.memory or Memory()
         now = self.rt.clock()
         executor = Executor(self.rt, self.namespace, self.name, self._uid, profile, term,  # type: ignore[arg-type]
-                            self.post_event, self._record, screen_ready, tabs or {}, body)
+                            self.post_event, self._record, screen_ready, tabs or {}, body, self.writer.write)
         decision: BoxDecision | None = None
         try:
             for _ in range(MAX_ROUNDS):

@@ -1,0 +1,181 @@
+"""The actions of a box decision (`controller.domain.box.decide`) and the results of the blocking ones. Pure
+values: the executor (`controller.service.executor`) maps each to terminal, file and API calls.
+
+An action whose result the decision needs is *blocking* (`BLOCKING`); its result is given back in
+`Observation.results` keyed by the action itself (actions are frozen values, equal when they are the same
+request). Journaled actions (`JOURNALED`) have their tab journals written to status before their first key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Union
+
+from controller.domain.resume import Journal
+from controller.domain.types import Usage
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    """Post a Kubernetes Event on the box (`type` Normal|Warning)."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Count:
+    """Count in a metric of `controller.metrics` (`metric` is its attribute name); `value` None = inc(),
+    else observe(value) (seconds)."""
+
+    metric: str
+    labels: tuple[str, ...]
+    value: float | None = None
+
+
+@dataclass(frozen=True)
+class PressKey:
+    """Press one tmux key (e.g. "Escape") in a pane."""
+
+    tab: str
+    pane: str
+    key: str
+
+
+@dataclass(frozen=True)
+class PrintNotice:
+    """Print a line of text on a tab's terminal."""
+
+    tab: str
+    pane: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RemoveLogin:
+    """Remove the agent's login file from the box (the reserve stop)."""
+
+
+@dataclass(frozen=True)
+class ClearAnnotation:
+    """Remove an annotation from the box (a consumed request)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class ReadUsage:
+    """Blocking: re-read the usage of subscription `subscription`, no older than `max_age_s` seconds.
+    Result: `UsageRead`."""
+
+    subscription: str
+    max_age_s: float
+    tabs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class InstallLogin:
+    """Blocking: install the login of `subscription` (box Secret and the agent's live file).
+    Result: `Done` (ok False when its login Secret is missing or invalid). `why`: "restore" | "complete"."""
+
+    subscription: str
+    why: str
+
+
+@dataclass(frozen=True)
+class SwitchSubscription:
+    """Blocking: move the box from `old` to `new`, journaled in status.switch: stop the agents of `stop`
+    (tab, pane) with the adapter's interrupt keys, install the new login, record the new subscription.
+    Result: `Done` (ok False when the new login is unusable: nothing changed)."""
+
+    old: str | None
+    new: str
+    reason: str
+    trigger: str
+    limited: tuple[str, ...]
+    stop: tuple[tuple[str, str], ...]
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class SendContinue:
+    """Blocking: type the continue text in every pane of `tabs` ((tab, pane) pairs) in one call, then Enter
+    in a second. Journaled: each tab's record holds its journal (written ahead). Result: a tuple of
+    `Performed`, one per tab."""
+
+    tabs: tuple[tuple[str, str], ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class RunJournal:
+    """Blocking: perform `journal` in one tab from its current step (written ahead step by step): a
+    restart-and-continue, a menu answer, a continue, or one left unfinished. `why` is what the result
+    answers: "resume" | "menu" | "recover" | "restore". Result: `Performed`."""
+
+    tab: str
+    pane: str
+    journal: Journal
+    why: str
+    for_recovery: str = ""
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    """Blocking: delete the box pod `name` with a uid precondition (an ended or out-of-date pod; the next
+    pass creates it again). Result: `Done` (ok False when it was already gone or replaced)."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    """Blocking: create the missing box pod (the reconcile's builder, `controller.service.boxes`).
+    Result: `PodCreated`."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class PodCreated:
+    """Result of `CreatePod`: the reconcile's Events, whether the pod was created, its retry message."""
+
+    events: tuple[tuple[str, str, str], ...]
+    created: bool
+    retry_message: str | None = None
+
+
+@dataclass(frozen=True)
+class UsageRead:
+    """Result of `ReadUsage`: the usage (None when unreadable) and the instant it was read (UTC)."""
+
+    usage: Usage | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Performed:
+    """Result of a journaled action on one tab: it moved on (`ok`), what was done, when it ended (UTC)."""
+
+    tab: str
+    ok: bool
+    how: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Done:
+    """Result of `InstallLogin` / `SwitchSubscription`."""
+
+    ok: bool
+
+
+Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, ReadUsage, InstallLogin,
+            SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod]
+BLOCKING = (ReadUsage, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod)
+"""Actions whose result the decision needs (`Observation.results`)."""
+JOURNALED = (SendContinue, RunJournal)
+"""Actions whose tab journals are written to status before their first key."""
