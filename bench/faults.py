@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/faults.py [--random 50] [--per-step 5] [--lead 15] [--max-restart-delay 10]
 
-Each run builds a fresh emulated world (`controller.sim.world.World`: Kubernetes API emulator with pod exec
+Each run builds a fresh emulated world (`agentbox_sim.world.World`: Kubernetes API emulator with pod exec
 into per-pod tmux servers, provider usage emulator) in this process, and runs the operator as its own OS
 process (`agentbox-controller run`, PR_SET_PDEATHSIG) against it. Two boxes: a Claude Code box with two tabs
-and a Codex box with two tabs (scripted agents, `controller.sim.fake_agent`), all stopped on a 5-hour limit
+and a Codex box with two tabs (scripted agents, `agentbox_sim.fake_agent`), all stopped on a 5-hour limit
 whose reset is `--lead` seconds ahead. The operator is killed with SIGKILL
 
 * `random` runs: at a uniformly random instant in [detection (every tab RateLimited in status), reset + 10 s];
@@ -49,8 +49,8 @@ if str(ROOT) not in sys.path:
 
 from controller import constants as C  # noqa: E402
 from controller.settings import Settings  # noqa: E402
-from controller.sim.kube import ExecFault  # noqa: E402
-from controller.sim.world import (  # noqa: E402
+from agentbox_sim.kube import ExecFault  # noqa: E402
+from agentbox_sim.world import (  # noqa: E402
     TabSpec, World, claude_login, codex_login, fake_agent_argv, utc_in,
 )
 

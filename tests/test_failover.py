@@ -23,9 +23,9 @@ from typing import Any, Callable
 import pytest
 
 from controller import constants as C
-from controller.election import ElectionTimings
-from controller.sim.kube import JournalEntry
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+from controller.kube.election import ElectionTimings
+from agentbox_sim.kube import JournalEntry
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 from tests.test_resume_scenarios import at, submits, tab_status
 
 pytestmark = pytest.mark.component

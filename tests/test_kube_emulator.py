@@ -1,4 +1,4 @@
-"""The emulated API server (controller.sim.kube) and the audited exec function (controller.kube.exec).
+"""The emulated API server (agentbox_sim.kube) and the audited exec function (controller.kube.exec).
 
 Everything goes over real HTTP on loopback: the official client (blocking, so through asyncio.to_thread:
 the emulator serves on the test's loop), aiohttp for exact content types and watch streams, and the real
@@ -24,7 +24,7 @@ from harness.kube_fixtures import run_operator
 from kubernetes.client.rest import ApiException
 
 from controller.kube.exec import ExecError, ExecResult, apod_exec, pod_exec
-from controller.sim.kube import KubeEmulator, LocalExec, TmuxSockets, parse_label_selector
+from agentbox_sim.kube import KubeEmulator, LocalExec, TmuxSockets, parse_label_selector
 
 pytestmark = pytest.mark.component
 
@@ -537,7 +537,7 @@ async def test_the_api_server_sees_one_event_whose_count_is_patched(kube, k8s_cl
 async def test_two_candidates_cannot_both_take_one_lease(kube: KubeEmulator, k8s_client: kubernetes.client.ApiClient):
     """Leader election relies on the API server's optimistic concurrency: of two candidates that create the
     same Lease, one gets 409 AlreadyExists; of two that replace the same version they read, one gets 409
-    Conflict. Played with the Kubernetes client's own LeaseLock, as controller/election.py uses it."""
+    Conflict. Played with the Kubernetes client's own LeaseLock, as controller/kube/election.py uses it."""
     from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
     from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 

@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from controller import constants as C
-from controller.sim.kube import JournalEntry
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.kube import JournalEntry
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 
 pytestmark = pytest.mark.component
 

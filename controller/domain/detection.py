@@ -7,7 +7,7 @@ Layers (each a small function, tested by tests/test_detection_*.py):
    ``> text``; Codex's ``› text`` composer); everything below it is the footer.
 3. :func:`join_lines` joins lines the terminal wrapped mid-sentence ("…will reset\\n at 3pm (…)").
 4. Every joined line is classified against the profile's families (data, see
-   :class:`controller.agents.base.Profile`) and the user patterns.
+   :class:`controller.domain.profile.Profile`) and the user patterns.
 5. The LIVE BOTTOM decides: lines below the last agent-output line (``⏺ …``, ``• Ran …``); the
    newest limit line there wins; a spinner/interrupt hint below it, or agent output after it,
    makes it stale (corpus C31, C57; field-pitfalls §5).
@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 from controller.domain.timeparse import from_parts, parse_when_span
 from controller.domain.types import (
@@ -32,8 +32,7 @@ from controller.domain.types import (
     TabState,
 )
 
-if TYPE_CHECKING:  # the domain never imports adapters at run time
-    from controller.agents.base import LinePattern, Profile
+from controller.domain.profile import LinePattern, Profile
 
 __all__ = [
     "InputBox",
@@ -540,7 +539,7 @@ def detect_screen(
     """Say what a tab's screen means (the corpus README's rules).
 
     Args:
-        profile: the agent's :class:`~controller.agents.base.Profile` (line families as data).
+        profile: the agent's :class:`~controller.domain.profile.Profile` (line families as data).
         screen: captured pane text (``tmux capture-pane -p``, ANSI allowed, rows may wrap).
         now: tz-aware instant the screen was seen; relative and time-only resets count from it.
         tz: the box's IANA zone, used when a line names none (Codex never does) or an invalid one.

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from controller.sim.world import World
+from agentbox_sim.world import World
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -29,7 +29,7 @@ what kopf 1.45 needs (see ``notes/test-harness.md``):
 
 Known gaps versus a real kube-apiserver: no defaulting/pruning/CEL, strategic merge behaves as JSON merge
 patch, no authentication/RBAC/admission, no controllers other than garbage collection and namespace
-deletion, no kubelet unless :class:`controller.sim.kubelet.Kubelet` is attached (otherwise tests play it
+deletion, no kubelet unless :class:`agentbox_sim.kubelet.Kubelet` is attached (otherwise tests play it
 with :meth:`KubeEmulator.set_pod_phase`), no watch bookmarks, exec without TTY.
 
 All state lives on the event loop that called :meth:`KubeEmulator.start`; every mutation is synchronous
