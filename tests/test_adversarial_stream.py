@@ -296,7 +296,8 @@ async def test_a_stream_that_goes_silent_is_found_by_the_keepalive(aexec: AsyncE
         await stream.aclose()
 
 
-@pytest.mark.parametrize("mode, cause", [("banner", "no tmux control-mode answer"), ("stall", "commands unanswered")])
+@pytest.mark.parametrize("mode, cause", [("banner", "no tmux control-mode answer"), ("stall", "commands unanswered"),
+                                         ("endless-block", "commands unanswered")])
 async def test_a_stream_that_is_not_tmux_is_given_up(aexec: AsyncExec, local_exec: HostileExec,
                                                       mode: str, cause: str) -> None:
     local_exec.modes["evil"] = mode
@@ -338,3 +339,121 @@ async def test_the_version_check_does_not_repeat_box_text(aexec: AsyncExec) -> N
         await _until(lambda: stream.unavailable is not None, what="version refused")
         assert stream.unavailable == want
         await stream.aclose()
+
+
+# ---------------------------------------------------------------------------------------------- the operator
+def _rss_mib() -> float:
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@pytest.mark.parametrize("mode", ["flood-panes", "long-line", "slow:2", "stall"])
+async def test_a_hostile_box_stream_does_not_delay_another_box(tmp_path: pathlib.Path, mode: str) -> None:
+    """The real operator on the stream with two boxes: box-a is healthy (limit, reset in 8 s); box-evil's
+    `tmux` is a fake (flood of pane ids, an endless line, 2 s per reply, or silence).  box-a is resumed
+    as on its own, the process's memory stays bounded, and a box whose stream keeps breaking is polled
+    with TerminalStream=False/StreamUnusable and one Warning Event."""
+    from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv
+    from harness.world_fixtures import FAST
+
+    from test_resume_scenarios import at, reset_epoch, submits, tab_status
+
+    settings = FAST.model_copy(update={"tmux_stream": True})
+    async with World(tmp_path / "world", settings) as world:
+        real_rewrite = world.local_exec.rewrite_argv
+
+        def rewrite(namespace: str, pod: str, argv: list[str]) -> list[str]:
+            if pod == "box-evil" and argv and argv[0] == "tmux":
+                return [sys.executable, str(FAKE_TMUX), mode, str(world.sockets(namespace, pod)), *argv[1:]]
+            return real_rewrite(namespace, pod, argv)
+        world.local_exec.rewrite_argv = rewrite  # type: ignore[method-assign]
+        world.start_operator()
+        await world.add_secret("claude-login", "credentials.json", claude_login("tok-a"))
+        world.provider.add_login("tok-a", "acct-a")
+        await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
+        await world.add_box("box-evil", "claude-code", "claude-a")
+        await world.run_pod("box-evil", [TabSpec("main", ["sh"])])
+        rss0, peak = _rss_mib(), 0.0
+
+        def evil_condition() -> dict:
+            conds = ((world.box("box-evil") or {}).get("status") or {}).get("conditions") or []
+            return next((c for c in conds if c["type"] == "TerminalStream"), {})
+
+        # the hostile stream is running before box-a exists
+        await eventually(lambda: len([s for s in world.kube.exec_streams if s[1] == "box-evil"]) >= 1, 20,
+                         what="evil stream opened")
+        reset = reset_epoch(8.0)
+        world.provider.set_windows("acct-a", five_hour=(100.0, at(reset)), weekly=(40.0, at(reset + 86400)))
+        await world.add_box("box-a", "claude-code", "claude-a")
+        await world.run_pod("box-a", [TabSpec("main", fake_agent_argv("claude-code", reset))])
+
+        def sampled(probe: Any) -> Any:
+            def run() -> Any:
+                nonlocal peak
+                peak = max(peak, _rss_mib())
+                return probe()
+            return run
+        try:
+            await eventually(sampled(lambda: tab_status(world, "box-a", "main").get("state") == "RateLimited"), 20,
+                             what="box-a limit detected")
+            await eventually(sampled(lambda: submits(world, "box-a", "main")), 30, what="box-a continue sent")
+        finally:
+            print(f"\nmode={mode} rss {rss0:.0f}->{peak:.0f} MiB")
+        sent_at = next(e["t"] for e in world.agent_log("box-a", "main") if e["event"] == "submit")
+        lag = sent_at - reset
+        print(f"mode={mode} resume lag {lag:.2f}s "
+              f"evil streams {len([s for s in world.kube.exec_streams if s[1] == 'box-evil'])}")
+        assert lag <= settings.resume_margin_s + 5.0, f"box-a resumed {lag:.1f} s after its reset"
+        assert peak - rss0 < 150, f"RSS grew {peak - rss0:.0f} MiB"
+        if mode != "slow:2":
+            await eventually(lambda: evil_condition().get("reason") == "StreamUnusable", 60,
+                             what="evil box given up to polling")
+            warnings = [e for e in world.events("box-evil") if e.get("reason") == "StreamUnusable"]
+            assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+            assert "times in a row" in warnings[0]["message"]
+            opened = len([s for s in world.kube.exec_streams if s[1] == "box-evil"])
+            assert opened <= 5
+
+
+async def test_a_box_changing_its_tabs_all_the_time_wakes_its_watcher_at_most_once_a_second(
+        tmp_path: pathlib.Path) -> None:
+    """A pane renaming its window in a loop (or any stream of tab-list changes): before, every change woke
+    the box's watcher after the 0.2 s debounce, and every pass costs API requests (existence check,
+    Subscriptions list): several passes a second, against one every scanIntervalS when polling.  Now the
+    stream wakes its watcher at most once a second, and a list that did not change wakes nothing."""
+    from agentbox_sim.world import TabSpec, World, claude_login, eventually
+    from harness.world_fixtures import FAST
+
+    async with World(tmp_path / "world", FAST.model_copy(update={"tmux_stream": True})) as world:
+        world.start_operator()
+        await world.add_secret("claude-login", "credentials.json", claude_login("tok-a"))
+        world.provider.add_login("tok-a", "acct-a")
+        await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
+        await world.add_box("box-evil", "claude-code", "claude-a")
+        await world.run_pod("box-evil", [TabSpec("main", ["sh", "-c", "i=0; while :; do i=$((i+1)); "
+                                                         "tmux rename-window x$i; sleep 0.05; done"])])
+
+        def streaming() -> bool:
+            conds = ((world.box("box-evil") or {}).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "TerminalStream" and c["status"] == "True" for c in conds)
+        await eventually(streaming, 20, what="stream attached")
+        path = world.box_path("box-evil")
+
+        def passes() -> int:
+            return len([e for e in world.kube.journal if e.method == "GET" and e.path == path])
+        before, t0 = passes(), time.monotonic()
+        await asyncio.sleep(8)
+        rate = (passes() - before) / (time.monotonic() - t0)
+        print(f"\nwatcher passes of a renaming box: {rate:.2f}/s")
+        assert rate <= 1.3, f"{rate:.2f} passes a second"
+
+
+async def test_stderr_counts_towards_the_flood_bound() -> None:
+    stream = ScriptedStream()
+    client = ControlClient(stream, max_rate=1024 * 1024)  # type: ignore[arg-type]
+    for _ in range(20):
+        stream.queue.put_nowait((2, b"e" * 65536))
+    await _until(lambda: client.closed.is_set(), 5, what="stderr flood cut")
+    assert client.exit_reason == "flood"

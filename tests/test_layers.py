@@ -1,5 +1,6 @@
-"""The layers are checked: the import-linter contracts of pyproject.toml hold (also run by `make lint`,
-which `make test` runs first), so a plain `pytest` run catches a broken layer too."""
+"""The layers are checked: the import-linter contracts and mypy (strict, on the domain and the adapters) of
+pyproject.toml hold (also run by `make lint`, which `make test` runs first), so a plain `pytest` run catches
+a broken layer or a type error there too."""
 
 from __future__ import annotations
 
@@ -28,3 +29,9 @@ def test_import_contracts_hold() -> None:
                          timeout=120)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert "0 broken" in res.stdout
+
+
+def test_domain_and_adapters_type_check() -> None:
+    """mypy --strict (pyproject [tool.mypy]) on controller/domain, controller/agents, controller/providers."""
+    res = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
