@@ -33,16 +33,16 @@ def set_condition(conditions: list[dict[str, Any]], type_: str, status: bool | s
             out.append(cond)
             continue
         found = True
-        ltt = cond.get("lastTransitionTime") if cond.get("status") == value else rfc3339(now)
-        out.append(_cond(type_, value, reason, message, ltt or rfc3339(now), generation))
+        ltt = cond.get("lastTransitionTime") if cond.get("status") == value else None
+        out.append(_cond(type_, value, reason, message, str(ltt or rfc3339(now)), generation))
     if not found:
-        out.append(_cond(type_, value, reason, message, rfc3339(now), generation))
+        out.append(_cond(type_, value, reason, message, str(rfc3339(now)), generation))
     return out
 
 
 def _cond(type_: str, status: str, reason: str, message: str, ltt: str, generation: int | None) -> dict[str, Any]:
     # observedGeneration is an integer in the CRD schema: left out when unknown (a None is refused, 422).
-    cond = {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": ltt}
+    cond: dict[str, Any] = {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": ltt}
     if generation is not None:
         cond["observedGeneration"] = generation
     return cond

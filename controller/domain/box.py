@@ -891,13 +891,13 @@ def _plan_tabs(p: _Pass, dets: dict[str, Detection], annotations: Mapping[str, s
         if rec is None or rec.journal is None:
             continue
         done.add(tab.name)
-        action = _recover(p, tab, rec, dets[tab.name])
-        if action is not None:
-            recovering.append((tab, *action))
+        pending = _recover(p, tab, rec, dets[tab.name])
+        if pending is not None:
+            recovering.append((tab, *pending))
     if recovering:
         results: list[Performed] = p.ask_all([a for _, a, _, _ in recovering])
-        for (tab, action, what, reason), res in zip(recovering, results):
-            _recovered(p, tab, action, what, reason, res)
+        for (tab, again, what, reason), res in zip(recovering, results):
+            _recovered(p, tab, again, what, reason, res)
 
     menus: list[tuple[TabView, RunJournal, TabPlan]] = []
     due: list[TabView] = []
@@ -927,8 +927,8 @@ def _plan_tabs(p: _Pass, dets: dict[str, Detection], annotations: Mapping[str, s
             due.append(tab)
     if menus:
         results = p.ask_all([a for _, a, _ in menus])
-        for (tab, action, plan), res in zip(menus, results):
-            choice = action.journal.text
+        for (tab, answer, plan), res in zip(menus, results):
+            choice = answer.journal.text
             p.event("Normal", "AnsweredLimitMenu",
                     f"Tab {tab.name}: chose option {choice} 'Stop and wait for limit to reset'"
                     + ("" if res.ok else " (screen did not change)"))
