@@ -195,6 +195,16 @@ class BoxStream:
         return _Result(out, err, 0 if all(r.ok for r in replies) else 1)
 
 
+_READ_ONLY = frozenset({"capture-pane", "list-windows", "list-panes", "list-sessions", "list-clients",
+                        "display-message", "has-session", "show-options", "show-window-options"})
+
+
+def _read_only(argv: list[str]) -> bool:
+    """True when every command of a ``tmux`` argv (split on ``";"``) only reads (safe to run twice)."""
+    heads = [w for i, w in enumerate(argv) if i == 1 or (i > 1 and argv[i - 1] == ";")]
+    return bool(heads) and all(h in _READ_ONLY for h in heads)
+
+
 class StreamTerminal(BoxTerminal):
     """A :class:`BoxTerminal` whose tmux commands go over the box's :class:`BoxStream` while it is up.
 
@@ -212,7 +222,12 @@ class StreamTerminal(BoxTerminal):
         if argv and argv[0] == "tmux" and self.stream.connected:
             try:
                 result: ExecResultLike = await self.stream.command(argv)
-            except ControlError:
+            except ControlError as exc:
+                if exc.sent and not _read_only(argv):
+                    # tmux may have run it (the stream broke before the reply): sending the keys again over
+                    # the exec could type them twice. The pass fails; the tab's journal (written ahead) is
+                    # completed from the screen on the next pass.
+                    raise
                 result = await self._exec(argv)
             if check and result.rc != 0:
                 from controller.terminal.session import TmuxCommandFailed
