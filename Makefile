@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-unit bench crds clean tmux e2e agents agents-latest capture-screens images kind-up kind-down
+.PHONY: venv demo test test-unit lint bench crds clean tmux e2e agents agents-latest capture-screens images kind-up kind-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,24 +27,28 @@ tmux:
 demo: venv
 	$(VENV)/bin/agentbox-controller demo $(if $(REAL_AGENTS),--real-agents,) $(if $(KEEP),--keep,)
 
-# The real Claude Code and Codex CLIs (versions pinned in controller/sim/real_agents.py) for the
+# The real Claude Code and Codex CLIs (versions pinned in agentbox_sim/real_agents.py) for the
 # real-agent tests and `make demo REAL_AGENTS=1`; installed once into .agents/, skipped without npm.
 agents: venv
 	@if command -v npm >/dev/null 2>&1; then \
-	  $(PY) -c "from controller.sim.real_agents import ensure_installed as e, PINNED as p; e(); print('agents: ' + ', '.join(k + '@' + v for k, v in p.items()) + ' in .agents/')"; \
+	  $(PY) -c "from agentbox_sim.real_agents import ensure_installed as e, PINNED as p; e(); print('agents: ' + ', '.join(k + '@' + v for k, v in p.items()) + ' in .agents/')"; \
 	else echo "agents: npm not found, skipping the real Claude Code / Codex CLIs (their tests will be skipped)"; fi
 
 # The drift check: the newest published Claude Code and Codex in .agents-latest/ (the pins stay), the
 # real-agent tests and a capture of their screens against them; prints version, scenario, detected
 # state, reset, pass/fail. Run it before raising the versions in images/box/Dockerfile.
 agents-latest: venv
-	$(PY) -m controller.sim.drift
+	$(PY) -m agentbox_sim.drift
 
 # Re-capture the pinned CLIs' screens into tests/fixtures/real-screens/<version>/ (after a pin change).
 capture-screens: agents
-	$(PY) -m controller.sim.capture --out tests/fixtures/real-screens
+	$(PY) -m agentbox_sim.capture --out tests/fixtures/real-screens
 
-test: venv agents
+# Layers that are checked: the import-linter contracts in pyproject.toml ([tool.importlinter]).
+lint: venv
+	$(VENV)/bin/lint-imports --no-cache
+
+test: venv agents lint
 	mkdir -p tmp
 	$(PY) -m pytest -q -rs --basetemp=tmp/pytest $(PYTEST_ARGS)
 

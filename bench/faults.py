@@ -3,10 +3,10 @@
     .venv/bin/python bench/faults.py [--random 50] [--per-step 5] [--lead 15] [--max-restart-delay 10]
                                      [--stream] [--concurrency 3] [--failover 2]
 
-Each run builds a fresh emulated world (`controller.sim.world.World`: Kubernetes API emulator with pod exec
+Each run builds a fresh emulated world (`agentbox_sim.world.World`: Kubernetes API emulator with pod exec
 into per-pod tmux servers, provider usage emulator) in this process, and runs the operator as its own OS
 process (`agentbox-controller run`, PR_SET_PDEATHSIG) against it. Two boxes: a Claude Code box with two tabs
-and a Codex box with two tabs (scripted agents, `controller.sim.fake_agent`), all stopped on a 5-hour limit
+and a Codex box with two tabs (scripted agents, `agentbox_sim.fake_agent`), all stopped on a 5-hour limit
 whose reset is `--lead` seconds ahead. The operator is killed with SIGKILL
 
 * `random` runs: at a uniformly random instant in [detection (every tab RateLimited in status), reset + 10 s];
@@ -55,8 +55,8 @@ if str(ROOT) not in sys.path:
 
 from controller import constants as C  # noqa: E402
 from controller.settings import Settings  # noqa: E402
-from controller.sim.kube import ExecFault  # noqa: E402
-from controller.sim.world import (  # noqa: E402
+from agentbox_sim.kube import ExecFault  # noqa: E402
+from agentbox_sim.world import (  # noqa: E402
     TabSpec, World, claude_login, codex_login, fake_agent_argv, utc_in,
 )
 
@@ -245,7 +245,8 @@ async def failover_run(n: int, args: argparse.Namespace, base: pathlib.Path) -> 
     workdir = base / f"failover{n:03d}"
     async with World(workdir, SETTINGS) as world:
         elect = ("--leader-elect", "agentbox-controller", "--lease-namespace", world.namespace,
-                 "--lease-duration", str(args.lease_duration))
+                 "--lease-duration", str(args.lease_duration), "--renew-deadline", str(args.renew_deadline),
+                 "--retry-period", str(args.retry_period))
         procs = [start_operator(world, workdir / f"operator{i}.log", *elect) for i in range(2)]
         reset = float(math.ceil(time.time() + args.lead + 10))
         for acct, tok in (("acct-c", "tok-c"),):
@@ -263,13 +264,13 @@ async def failover_run(n: int, args: argparse.Namespace, base: pathlib.Path) -> 
             return (lease.get("spec") or {}).get("holderIdentity") or ""
         await wait(lambda: len([s for s in tab_states(world).values() if s == "RateLimited"]) == len(tabs), 40)
         await asyncio.sleep(max(0.0, reset - args.failover_before - time.time()))
-        leader_pid = int(holder().rsplit("-", 1)[-1])
+        leader_pid = int(holder().split("_")[-2])  # identity: <hostname>_<pid>_<random>
         since = len(world.kube.journal)
         killed_at = time.time()
         os.kill(leader_pid, signal.SIGKILL)
         found = await wait(lambda: watch_requests(world, since) is not None, 60, every=0.05)
         failover = time.time() - killed_at if found else None
-        new_holder = await wait(lambda: holder() and not holder().endswith(f"-{leader_pid}") and holder(), 60)
+        new_holder = await wait(lambda: holder() and holder().split("_")[-2] != str(leader_pid) and holder(), 60)
         await wait(lambda: all(submits(world, p, t) for p, t in tabs), max(5.0, reset + 60 - time.time()))
         await asyncio.sleep(SETTINGS.settle_s + 3)
         per_tab = [{"tab": f"{p}/{t}", "submits": len(submits(world, p, t)),
@@ -363,7 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--failover", type=int, default=0, help="two-replica runs (--leader-elect), leader killed")
     p.add_argument("--failover-before", type=float, default=14.0, help="kill the leader this many s before the reset")
-    p.add_argument("--lease-duration", type=int, default=10, help="--lease-duration of the replicas")
+    p.add_argument("--lease-duration", type=int, default=10, help="--lease-duration of the replicas (default 10)")
+    p.add_argument("--renew-deadline", type=float, default=7.0, help="--renew-deadline of the replicas (default 7)")
+    p.add_argument("--retry-period", type=float, default=1.0, help="--retry-period of the replicas (default 1)")
     p.add_argument("--only", help="run only this named step (e.g. codex:after-relaunch) --per-step times")
     p.add_argument("--shuffle", action="store_true", help="interleave random and named-step runs")
     p.add_argument("--concurrency", type=int, default=1, help="runs at the same time (each its own world and "

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.settings import Settings  # noqa: E402
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in  # noqa: E402
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in  # noqa: E402
 
 THRESHOLD = 80.0
 

@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/resume_latency.py [--tabs 200] [--boxes 20] [--subscriptions 5] [--spread 60]
 
-Builds a `controller.sim.world.World` in a temp dir (Kubernetes API emulator, provider usage
+Builds a `agentbox_sim.world.World` in a temp dir (Kubernetes API emulator, provider usage
 emulator, the real kopf operator in a thread, one tmux server per box pod), creates `--boxes`
 Claude Code boxes holding `--tabs` tabs in all, each tab running the scripted Claude Code TUI
-(`controller.sim.fake_agent`) that stops on its 5-hour limit, and measures, for every tab, the time
+(`agentbox_sim.fake_agent`) that stops on its 5-hour limit, and measures, for every tab, the time
 from the reset instant to the moment the agent received `continue` (the `submit` event the fake
 agent logs with a timestamp when Enter arrives). The pane is checked to show `> continue` too.
 
@@ -72,7 +72,7 @@ if str(ROOT) not in sys.path:
 
 from controller import constants as C  # noqa: E402
 from controller.settings import Settings  # noqa: E402
-from controller.sim.world import TabSpec, World, claude_login, fake_agent_argv  # noqa: E402
+from agentbox_sim.world import TabSpec, World, claude_login, fake_agent_argv  # noqa: E402
 
 SETTINGS = Settings(
     scan_interval_s=5.0, resume_margin_s=1.0, human_idle_s=4.0, auto_continue_grace_s=6.0, settle_s=4.0,

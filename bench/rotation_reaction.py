@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in  # noqa: E402
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in  # noqa: E402
 from tests.harness.world_fixtures import FAST  # noqa: E402
 
 

@@ -51,8 +51,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from controller.settings import Settings  # noqa: E402
-from controller.sim.fake_agent import claude_clock  # noqa: E402
-from controller.sim.world import TabSpec, World, claude_login  # noqa: E402
+from agentbox_sim.fake_agent import claude_clock  # noqa: E402
+from agentbox_sim.world import TabSpec, World, claude_login  # noqa: E402
 
 SETTINGS = Settings(
     scan_interval_s=5.0, resume_margin_s=1.0, human_idle_s=4.0, auto_continue_grace_s=6.0, settle_s=4.0,

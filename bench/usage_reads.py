@@ -39,8 +39,8 @@ from controller.providers.readers import UsageCache, UsageReader  # noqa: E402
 from controller.runtime import Runtime  # noqa: E402
 from controller.service.subscriptions import SubscriptionReader  # noqa: E402
 from controller.settings import Settings  # noqa: E402
-from controller.sim.provider import ProviderEmulator  # noqa: E402
-from controller.sim.world import claude_login  # noqa: E402
+from agentbox_sim.provider import ProviderEmulator  # noqa: E402
+from agentbox_sim.world import claude_login  # noqa: E402
 
 THRESHOLD = 80.0
 

@@ -70,6 +70,17 @@ def _run(ns: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"run: bad setting: {describe_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    if ns.leader_elect and ns.peering:
+        print("run: --leader-elect and --peering are two ways of choosing the active replica; give one",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if ns.leader_elect:
+        from controller.election import ElectionTimings
+
+        bad = ElectionTimings(ns.lease_duration, ns.renew_deadline, ns.retry_period).problem()
+        if bad:
+            print(f"run: {bad}", file=sys.stderr)
+            return EXIT_USAGE
     problem = _check_cluster()
     if problem:
         print(f"run: {problem}", file=sys.stderr)
@@ -98,44 +109,19 @@ def _run(ns: argparse.Namespace) -> int:
 
 def _run_elected(ns: argparse.Namespace, operate: Callable[[], None]) -> int:
     """Run `operate` (the operator) only while this process holds the coordination.k8s.io Lease
-    `ns.leader_elect` in `ns.lease_namespace` (the Kubernetes client's leader election, as controller-runtime
-    does). Timings: a leader renews every `retry` s and gives up (the process exits at once, so it stops
-    acting before anyone else may start) when it could not renew for `renew_deadline` s; a standby takes the
-    Lease once it saw no renewal for `lease_duration` s. Failover after a crash: about lease_duration +
-    retry + the operator's start (measured: bench/faults.py --failover)."""
+    `ns.leader_elect` in `ns.lease_namespace` (controller/election.py: timings, guards, failover bound)."""
     import os
-    import socket
-    import threading
 
     from kubernetes import config
-    from kubernetes.leaderelection import electionconfig, leaderelection
-    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
+    from controller.election import ElectionTimings, run_elected
+
+    timings = ElectionTimings(ns.lease_duration, ns.renew_deadline, ns.retry_period)
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-    identity = f"{socket.gethostname()}-{os.getpid()}"
-    logging.getLogger("agentbox.election").info("Waiting for the Lease %s/%s as %s", ns.lease_namespace,
-                                                ns.leader_elect, identity)
-
-    def lead() -> None:
-        try:
-            operate()
-        finally:
-            os._exit(0)   # the operator stopped: give the Lease up by exiting (a standby takes it)
-
-    def lost() -> None:
-        logging.getLogger("agentbox.election").warning("Lost the Lease %s; exiting", ns.leader_elect)
-        os._exit(1)   # never act without the Lease: the kubelet restarts the process as a standby
-
-    cfg = electionconfig.Config(LeaseLock(ns.leader_elect, ns.lease_namespace, identity),
-                                lease_duration=ns.lease_duration, renew_deadline=ns.lease_duration * 0.7,
-                                retry_period=max(0.5, ns.lease_duration / 10),
-                                onstarted_leading=lead, onstopped_leading=lost)
-    threading.excepthook = lambda args: os._exit(1)
-    leaderelection.LeaderElection(cfg).run()
-    return 1
+    return run_elected(ns.leader_elect, ns.lease_namespace, timings, operate, liveness=ns.liveness)
 
 
 def _ensure_peering(name: str, namespaces: list[str]) -> None:
@@ -185,7 +171,7 @@ def _crds(ns: argparse.Namespace) -> int:
 
 def _demo(ns: argparse.Namespace) -> int:
     try:
-        from controller.demo import run_demo
+        from agentbox_sim.demo import run_demo
     except ImportError as exc:  # kmock is a test/demo extra
         print(f"demo needs the test extra (pip install 'agentbox-controller[test]'): {exc}", file=sys.stderr)
         return 2
@@ -213,6 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lease-namespace", default="default", help="namespace of the --leader-elect Lease")
     run.add_argument("--lease-duration", type=int, default=10,
                      help="seconds without renewal after which a standby takes the Lease (default 10)")
+    run.add_argument("--renew-deadline", type=float, default=7.0,
+                     help="a leader that could not renew for this many seconds stops acting and exits (default 7)")
+    run.add_argument("--retry-period", type=float, default=1.0,
+                     help="seconds between the leader's renewals and a standby's looks at the Lease (default 1)")
     run.add_argument("--log-format", choices=("plain", "json"), default="plain",
                      help="log lines as timestamped text (default) or one JSON object per line")
     run.set_defaults(func=_run)

@@ -9,4 +9,18 @@ pytest_plugins = [
     "harness.kube_fixtures",
     "harness.world_fixtures",
     "harness.real_agent_fixtures",
+    "harness.operator_process",
 ]
+
+
+def pytest_configure(config) -> None:
+    """Refuse to run in a venv installed before the emulated world moved to its own package
+    (`agentbox_sim`): subprocesses (scripted agents, the kubelet's container init) would fail to import it
+    far from the cause. `make venv` reinstalls when pyproject.toml changes."""
+    import subprocess
+    import sys
+
+    probe = subprocess.run([sys.executable, "-c", "import agentbox_sim"], cwd="/", capture_output=True)
+    if probe.returncode != 0:
+        raise RuntimeError("agentbox_sim is not installed in this venv: run `make venv` "
+                           "(or `.venv/bin/pip install -e '.[test]'`)")

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from controller.sim.world import TabSpec, World, eventually
+from agentbox_sim.world import TabSpec, World, eventually
 
 from harness.world_fixtures import FAST
 

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from controller.providers.credentials import parse_login
-from controller.sim.world import TabSpec, World, eventually
+from agentbox_sim.world import TabSpec, World, eventually
 
 pytestmark = pytest.mark.component
 

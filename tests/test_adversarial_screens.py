@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 
 pytestmark = pytest.mark.component
 

@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 from controller import constants as C
-from controller.sim.world import TabSpec, World, claude_login, codex_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.world import TabSpec, World, claude_login, codex_login, eventually, fake_agent_argv, utc_in
 
 pytestmark = pytest.mark.component
 

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from controller import constants as C
-from controller.sim.world import TabSpec, World, eventually, fake_agent_argv
+from agentbox_sim.world import TabSpec, World, eventually, fake_agent_argv
 from tests.test_resume_faults import claude_box
 from tests.test_resume_scenarios import submits, tab_status
 

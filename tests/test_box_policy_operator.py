@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from controller import constants as C
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv
 from test_box_policy import restricted_problems
 
 pytestmark = pytest.mark.component

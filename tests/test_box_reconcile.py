@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from controller import constants as C
-from controller.sim.world import World, claude_login, codex_login, eventually
+from agentbox_sim.world import World, claude_login, codex_login, eventually
 
 pytestmark = pytest.mark.component
 

@@ -32,7 +32,7 @@ RELEASE, NAMESPACE = "agentbox", "agentbox-system"
 # Value sets every test renders: defaults, the namespaced mode, and every toggle on.
 NAMESPACED = {"clusterWide": False, "watchNamespaces": ["team-a", "team-b"]}
 ALL_ON = {
-    "replicas": 2, "peering": {"enabled": True},
+    "replicas": 2,  # leader election is on by default
     "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
                 "prometheusRule": {"enabled": True}, "grafanaDashboard": {"enabled": True}},
     "webhook": {"enabled": True, "secretName": "agentbox-webhook", "style": "slack", "clusterName": "kind"},
@@ -41,8 +41,10 @@ ALL_ON = {
 }
 NAMESPACED_ALL_ON = {**ALL_ON, **NAMESPACED}
 CLUSTER_WIDE = {"clusterWide": True}
+PEERING = {"replicas": 2, "leaderElection": {"enabled": False}, "peering": {"enabled": True}}
 CASES = {"default": {}, "cluster-wide": CLUSTER_WIDE, "namespaced": NAMESPACED, "all-on": ALL_ON, "namespaced-all-on": NAMESPACED_ALL_ON,
-         "crds-folder": {"crds": {"templated": False}}}
+         "crds-folder": {"crds": {"templated": False}}, "peering": {**PEERING, **NAMESPACED},
+         "no-election": {"leaderElection": {"enabled": False}}}
 
 MONITORING = {"ServiceMonitor", "PrometheusRule"}
 
@@ -106,14 +108,17 @@ def test_values_schema_refuses_bad_values():
     chart.validate_schema({})
     for bad in ({"replicas": "two"}, {"bogus": True}, {"webhook": {"style": "teams"}},
                 {"settings": {"scanIntervalS": 0}}, {"settings": {"scanIntervalSeconds": 5}},
-                {"watchNamespaces": ["Team_A"]}, {"metrics": {"prometheusRule": {"usageReadsFailingRatio": 2}}}):
+                {"watchNamespaces": ["Team_A"]}, {"metrics": {"prometheusRule": {"usageReadsFailingRatio": 2}}},
+                {"leaderElection": {"retryPeriod": 0.5}}, {"leaderElection": {"leaseName": "Bad_Name"}}):
         with pytest.raises(helm.HelmValuesError):
             chart.validate_schema(bad)
 
 
-def test_replicas_without_peering_and_webhook_without_secret_are_refused():
-    with pytest.raises(helm.HelmRenderError, match="peering"):
-        render({"replicas": 2})
+def test_replicas_without_an_election_and_webhook_without_secret_are_refused():
+    with pytest.raises(helm.HelmRenderError, match="leaderElection"):
+        render({"replicas": 2, "leaderElection": {"enabled": False}})
+    with pytest.raises(helm.HelmRenderError, match="enable one"):
+        render({"replicas": 2, "peering": {"enabled": True}})
     with pytest.raises(helm.HelmRenderError, match="secretName"):
         render({"webhook": {"enabled": True}})
 
@@ -174,21 +179,57 @@ def test_deployment_is_locked_down_and_probed(rendered):
 
 
 def test_deployment_args_follow_the_mode():
-    # Namespaced by default: the release namespace.
-    args = build_parser().parse_args(container(render())["args"])
+    # Namespaced by default: the release namespace; leader election on, also with one replica.
+    docs = render()
+    args = build_parser().parse_args(container(docs)["args"])
     assert args.namespace == [NAMESPACE] and args.peering == ""
-    assert one(render(), "Deployment")["spec"]["strategy"]["type"] == "Recreate"
+    assert args.leader_elect == f"{RELEASE}-agentbox-controller" and args.lease_namespace == NAMESPACE
+    assert one(docs, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert not by_kind(docs, "PodDisruptionBudget"), "one replica: no PDB unless asked for"
     args = build_parser().parse_args(container(render(CLUSTER_WIDE))["args"])
     assert args.namespace is None
     docs = render(NAMESPACED_ALL_ON)
     args = build_parser().parse_args(container(docs)["args"])
     assert args.namespace == ["team-a", "team-b"]
-    assert args.peering == f"{RELEASE}-agentbox-controller"
+    assert args.leader_elect == f"{RELEASE}-agentbox-controller" and args.peering == ""
     dep = one(docs, "Deployment")
     assert dep["spec"]["replicas"] == 2 and dep["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1, "replicas > 1: a PDB keeps one"
     assert container(docs)["image"].endswith("@sha256:" + "a" * 64)
+    assert not [d for d in by_kind(docs, "CustomResourceDefinition") if d["spec"]["group"] == "kopf.dev"]
+    # Without an election: one operator only, never two at once (Recreate).
+    docs = render({"leaderElection": {"enabled": False}})
+    args = build_parser().parse_args(container(docs)["args"])
+    assert args.leader_elect == "" and one(docs, "Deployment")["spec"]["strategy"]["type"] == "Recreate"
+    # kopf peering, the older alternative.
+    docs = render(PEERING)
+    args = build_parser().parse_args(container(docs)["args"])
+    assert args.peering == f"{RELEASE}-agentbox-controller" and args.leader_elect == ""
     assert {d["metadata"]["name"] for d in by_kind(docs, "CustomResourceDefinition")} >= {
         "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+
+
+def test_leader_election_values_reach_the_args_and_are_usable():
+    """The chart's timings are what the controller runs with, they pass the controller's own check, and
+    their failover bound is the documented 15 s at most."""
+    from controller.election import ElectionTimings
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["leaderElection"]
+    args = build_parser().parse_args(container(render())["args"])
+    timings = ElectionTimings(args.lease_duration, args.renew_deadline, args.retry_period)
+    assert timings == ElectionTimings(values["leaseDuration"], values["renewDeadline"], values["retryPeriod"])
+    assert timings == ElectionTimings(), "the chart's defaults are the CLI's defaults"
+    assert timings.problem() is None and timings.failover_bound_s <= 15
+    custom = {"leaderElection": {"leaseName": "ab-leader", "namespace": "ops", "leaseDuration": 20,
+                                 "renewDeadline": 15, "retryPeriod": 2}}
+    docs = render(custom)
+    args = build_parser().parse_args(container(docs)["args"])
+    assert (args.leader_elect, args.lease_namespace, args.lease_duration, args.renew_deadline,
+            args.retry_period) == ("ab-leader", "ops", 20, 15.0, 2.0)
+    role = next(d for d in by_kind(docs, "Role") if d["metadata"]["name"].endswith("-leader-election"))
+    assert role["metadata"]["namespace"] == "ops"
+    assert [r.get("resourceNames") for r in role["rules"]] == [None, ["ab-leader"]]
+    assert ElectionTimings(5, 4.5, 1).problem(), "a leader must be gone before a standby may start"
 
 
 def _camel(name: str) -> str:
@@ -274,9 +315,15 @@ def test_rbac_has_no_wildcards_and_every_rule_is_commented():
 
 def test_namespaced_mode_has_a_role_per_namespace_and_no_cluster_wide_app_rights():
     docs = render(NAMESPACED)
-    roles = by_kind(docs, "Role")
-    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
-    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["team-a", "team-b"]
+    app = [r for r in by_kind(docs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
+    assert sorted(r["metadata"]["namespace"] for r in app) == ["team-a", "team-b"]
+    bindings = [b for b in by_kind(docs, "RoleBinding") if not b["metadata"]["name"].endswith("-leader-election")]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    # The Lease Role: the release namespace only, leases only.
+    election = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    assert [r["metadata"]["namespace"] for r in election] == [NAMESPACE]
+    assert {(g, res) for rule in election[0]["rules"] for g in rule["apiGroups"] for res in rule["resources"]} == {
+        ("coordination.k8s.io", "leases")}
     observer = next(r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"].endswith("-observer"))
     assert {r for rule in observer["rules"] for r in rule["resources"]} == {"customresourcedefinitions", "namespaces"}
     assert {v for rule in observer["rules"] for v in rule["verbs"]} == {"list", "watch"}

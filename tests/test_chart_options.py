@@ -85,8 +85,7 @@ def test_pod_disruption_budget_selects_the_controller():
     pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
-    ha = one(render({"replicas": 2, "peering": {"enabled": True},
-                     "podDisruptionBudget": {"enabled": True, "minAvailable": 1}}), "PodDisruptionBudget")
+    ha = one(render({"replicas": 2, "podDisruptionBudget": {"minAvailable": 1}}), "PodDisruptionBudget")
     assert ha["spec"] == {"minAvailable": 1, "selector": pdb["spec"]["selector"]}
 
 

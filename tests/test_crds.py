@@ -17,7 +17,7 @@ from controller import constants as C
 from controller import models
 from controller.crdgen import dump_crd, render_crds
 from controller.models import AgentBoxSpec, AgentBoxStatus, SubscriptionSpec, SubscriptionStatus
-from controller.sim.kube import _openapi_to_jsonschema
+from agentbox_sim.kube import _openapi_to_jsonschema
 
 pytestmark = pytest.mark.unit
 

@@ -234,7 +234,7 @@ if __name__ == "__main__":
 def test_readme_status_sample_holds_every_box_and_subscription_of_the_demo():
     """The README's `kubectl agentbox status` sample claims to be the end of `make demo` (b3: it had
     lost the Codex subscription and box the demo prints)."""
-    demo = (ROOT / "controller" / "demo.py").read_text()
+    demo = (ROOT / "agentbox_sim" / "demo.py").read_text()
     boxes = set(re.findall(r'add_box\("([a-z-]+)"', demo))
     subs = set(re.findall(r'(?:add_subscription|_subscription)\(w?,? ?"([a-z-]+)"', demo))
     assert {"claude-box", "codex-box", "reserve-box"} <= boxes and {"codex-main", "shared"} <= subs

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from controller.sim.capture import Capture, _clean, rows_for, table, write
+from agentbox_sim.capture import Capture, _clean, rows_for, table, write
 
 pytestmark = pytest.mark.unit
 
@@ -47,7 +47,7 @@ def test_captures_are_redacted_and_saved_by_version(tmp_path: pathlib.Path):
 
 
 def test_pins_can_be_pointed_at_another_folder_and_release(tmp_path: pathlib.Path):
-    code = ("from controller.sim.real_agents import AGENTS_DIR, PINNED, PINNED_CLAUDE_VERSION; "
+    code = ("from agentbox_sim.real_agents import AGENTS_DIR, PINNED, PINNED_CLAUDE_VERSION; "
             "print(AGENTS_DIR, PINNED['@anthropic-ai/claude-code'], PINNED['@openai/codex'], PINNED_CLAUDE_VERSION)")
     env = {"PATH": "/usr/bin:/bin", "AGENTBOX_AGENTS_DIR": str(tmp_path), "AGENTBOX_CLAUDE_VERSION": "9.9.9",
            "AGENTBOX_CODEX_VERSION": "8.8.8", "PYTHONPATH": str(REPO)}

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
-from controller.sim.kubelet import REPO_ROOT, example_box_image, kubelet_unavailable
-from controller.sim.world import World, claude_login, eventually, utc_in
+from agentbox_sim.kubelet import REPO_ROOT, example_box_image, kubelet_unavailable
+from agentbox_sim.world import World, claude_login, eventually, utc_in
 
 spec = importlib.util.spec_from_file_location("e2e_kind", REPO_ROOT / "tests/e2e/test_kind.py")
 e2e = importlib.util.module_from_spec(spec)

@@ -19,7 +19,7 @@ import pytest_asyncio
 
 from controller.kube.aexec import V4_PROTOCOL, AsyncExec, ExecStream
 from controller.kube.exec import ExecError, ExecResult
-from controller.sim.kube import KubeEmulator
+from agentbox_sim.kube import KubeEmulator
 
 PODS = "/api/v1/namespaces/default/pods"
 

@@ -11,8 +11,8 @@ from kubernetes.client.exceptions import ApiException
 
 from controller import constants as C
 from controller.handlers import REGISTRY
-from controller.sim.kube import KubeEmulator
-from controller.sim.world import TabSpec, World, claude_login, eventually
+from agentbox_sim.kube import KubeEmulator
+from agentbox_sim.world import TabSpec, World, claude_login, eventually
 
 NS = "team-a"
 

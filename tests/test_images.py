@@ -21,7 +21,7 @@ import sysconfig
 import pytest
 import yaml
 
-from controller.sim.kubelet import REPO_ROOT, SIM_PYTHON, SIM_ROOT, _dockerfile_lines, kubelet_unavailable
+from agentbox_sim.kubelet import REPO_ROOT, SIM_PYTHON, SIM_ROOT, _dockerfile_lines, kubelet_unavailable
 
 CONTROLLER_DOCKERFILE = REPO_ROOT / "images/controller/Dockerfile"
 
@@ -87,7 +87,7 @@ def test_controller_package_installs_and_runs_help_as_the_image_user_on_a_read_o
             "env": {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
                     "PYTHONPATH": "/opt/agentbox:/opt/deps", "HOME": "/nonexistent"},
             "argv": [SIM_PYTHON, "-c", run]}
-    res = subprocess.run([sys.executable, "-m", "controller.sim.container_init", json.dumps(spec)],
+    res = subprocess.run([sys.executable, "-m", "agentbox_sim.container_init", json.dumps(spec)],
                          capture_output=True, text=True, timeout=120, cwd=str(REPO_ROOT))
     assert res.returncode == 0, res.stderr[-2000:]
     assert "usage: agentbox-controller run" in res.stdout

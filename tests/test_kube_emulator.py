@@ -1,4 +1,4 @@
-"""The emulated API server (controller.sim.kube) and the audited exec function (controller.kube.exec).
+"""The emulated API server (agentbox_sim.kube) and the audited exec function (controller.kube.exec).
 
 Everything goes over real HTTP on loopback: the official client (blocking, so through asyncio.to_thread:
 the emulator serves on the test's loop), aiohttp for exact content types and watch streams, and the real
@@ -24,7 +24,7 @@ from harness.kube_fixtures import run_operator
 from kubernetes.client.rest import ApiException
 
 from controller.kube.exec import ExecError, ExecResult, apod_exec, pod_exec
-from controller.sim.kube import KubeEmulator, LocalExec, TmuxSockets, parse_label_selector
+from agentbox_sim.kube import KubeEmulator, LocalExec, TmuxSockets, parse_label_selector
 
 pytestmark = pytest.mark.component
 
@@ -530,3 +530,58 @@ async def test_the_api_server_sees_one_event_whose_count_is_patched(kube, k8s_cl
     (event,) = stored()
     assert event["count"] == 6 and event["involvedObject"]["uid"] == "uid-9"
     assert {e.method for e in kube.journal if "/events" in e.path} <= {"POST", "GET", "PATCH"}
+
+
+# ------------------------------------------------------------------------------------------ Leases, partitions
+
+async def test_two_candidates_cannot_both_take_one_lease(kube: KubeEmulator, k8s_client: kubernetes.client.ApiClient):
+    """Leader election relies on the API server's optimistic concurrency: of two candidates that create the
+    same Lease, one gets 409 AlreadyExists; of two that replace the same version they read, one gets 409
+    Conflict. Played with the Kubernetes client's own LeaseLock, as controller/election.py uses it."""
+    from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    def candidate(identity: str) -> LeaseLock:
+        lock = LeaseLock("ctl", "default", identity)
+        lock.api_instance = kubernetes.client.CoordinationV1Api(k8s_client)
+        return lock
+
+    def record(identity: str) -> LeaderElectionRecord:
+        now = "2026-05-01 10:00:00.000000+00:00"
+        return LeaderElectionRecord(identity, "10", now, now)
+
+    a, b = candidate("a"), candidate("b")
+    assert await asyncio.to_thread(a.create, "ctl", "default", record("a")) is True
+    assert await asyncio.to_thread(b.create, "ctl", "default", record("b")) is False, "the Lease exists: 409"
+    for lock in (a, b):  # both read the same version...
+        found, _ = await asyncio.to_thread(lock.get, "ctl", "default")
+        assert found
+    won = [await asyncio.to_thread(lock.update, "ctl", "default", record(lock.identity)) for lock in (b, a)]
+    assert won == [True, False], "...and only the first replace of that version wins; the second gets 409"
+    assert (kube.get("coordination.k8s.io/v1/leases", "default", "ctl") or {})["spec"]["holderIdentity"] == "b"
+    conflicts = [e for e in kube.journal if e.method == "PUT" and e.status == 409]
+    assert len(conflicts) == 1
+
+
+async def test_a_partition_cuts_one_listener_only(kube: KubeEmulator) -> None:
+    """Each client may get its own listener; a partition cuts that one (reset: the connection is dropped;
+    hang: no answer while it lasts), the journal tells the listeners apart, the others are served."""
+    other = await kube.add_listener()
+    other_port = int(other.rsplit(":", 1)[1])
+    main_port = int(kube.url.rsplit(":", 1)[1])
+    async with aiohttp.ClientSession(base_url=kube.url) as main, aiohttp.ClientSession(base_url=other) as side:
+        assert (await call(side, "GET", "/api/v1/namespaces/default"))[0] == 200
+        kube.partition(other_port, "reset")
+        with pytest.raises(aiohttp.ClientError):
+            await call(side, "GET", "/api/v1/namespaces/default")
+        assert (await call(main, "GET", "/api/v1/namespaces/default"))[0] == 200
+        kube.partition(other_port, "hang")
+        hung = asyncio.ensure_future(call(side, "GET", "/api/v1/namespaces/default"))
+        await asyncio.sleep(0.3)  # a request that must NOT complete: nothing to poll for but its absence
+        assert not hung.done(), "a hanging partition gives no answer"
+        kube.partition(other_port, None)
+        assert (await hung)[0] == 200, "healed: the held request goes through (as TCP retransmits would)"
+    ports = [(e.port, e.status) for e in kube.journal if e.path == "/api/v1/namespaces/default"]
+    # (aiohttp retries a GET once when a reused connection is reset: one or two cut entries)
+    assert (other_port, 0) in ports and {port for port, status in ports if status == 0} == {other_port}, ports
+    assert [e for e in ports if e[1] != 0] == [(other_port, 200), (main_port, 200), (other_port, 200)], ports

@@ -14,10 +14,10 @@ import pytest_asyncio
 import yaml
 
 from controller.kube.objects import make_box_secret, make_pod
-from controller.sim.kube import KubeEmulator, LocalExec
-from controller.sim.kubelet import (ImageConfig, Kubelet, KubeletExec, REPO_ROOT, example_box_image,
+from agentbox_sim.kube import KubeEmulator, LocalExec
+from agentbox_sim.kubelet import (ImageConfig, Kubelet, KubeletExec, REPO_ROOT, example_box_image,
                                     image_from_dockerfile, kubelet_unavailable, scripted_agent, write_projection)
-from controller.sim.world import claude_login
+from agentbox_sim.world import claude_login
 
 NEEDS_ROOT = pytest.mark.skipif(kubelet_unavailable() is not None, reason=str(kubelet_unavailable()))
 SHELL_IMAGE = "emulated/shell:1"
@@ -164,7 +164,7 @@ async def test_deleting_the_pod_kills_every_process_of_its_containers(kube, kube
     await kube.create_object("v1/pods", _pod("bg", {"command": ["sh", "-c", "setsid sleep 600 & exec sleep 600"]}))
     await wait_pod(kube, "bg", lambda o: o["status"]["phase"] == "Running")
     ns_id = kubelet.pods[("default", "bg")].containers["c"].ns_id
-    from controller.sim.kubelet import _pids_in_namespace
+    from agentbox_sim.kubelet import _pids_in_namespace
     await kube.wait_until(lambda: len(_pids_in_namespace(ns_id)) >= 2, timeout=5)
     await kube.delete_object("v1/pods", "default", "bg")
     await kube.wait_until(lambda: ("default", "bg") not in kubelet.pods, timeout=5)
@@ -198,7 +198,7 @@ async def test_the_example_box_starts_its_session_through_the_real_entrypoint(ku
         res = await asyncio.to_thread(kubelet.run, "default", "claude-box",
                                       ["tmux", "list-windows", "-t", "=agentbox", "-F", "#W"])
         return res.returncode == 0 and res.stdout.split() == ["main"]
-    from controller.sim.world import eventually
+    from agentbox_sim.world import eventually
     await eventually(session, 10, what="tmux session agentbox with tab main")
     home = kubelet.host_path("default", "claude-box", "/home/agent")
     creds = home / ".claude/.credentials.json"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 from tests.harness.world_fixtures import FAST
 
 pytestmark = pytest.mark.component

@@ -21,7 +21,7 @@ import pytest
 
 from controller.providers.credentials import parse_login
 from controller.providers.oauth import RefreshError, apply_refresh
-from controller.sim.world import TabSpec, World, eventually
+from agentbox_sim.world import TabSpec, World, eventually
 
 from harness.world_fixtures import FAST
 

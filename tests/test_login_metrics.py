@@ -9,7 +9,7 @@ from test_login_lifecycle import KEY, TOKEN_PATH, access, secret_text, settings,
 
 from controller import metrics
 from controller.providers.credentials import parse_login
-from controller.sim.world import World, eventually
+from agentbox_sim.world import World, eventually
 
 pytestmark = pytest.mark.component
 

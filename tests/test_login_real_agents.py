@@ -26,8 +26,8 @@ import pytest
 import pytest_asyncio
 
 from controller.providers.credentials import parse_login
-from controller.sim.real_agents import RealAgents
-from controller.sim.world import TabSpec, World, eventually
+from agentbox_sim.real_agents import RealAgents
+from agentbox_sim.world import TabSpec, World, eventually
 
 from harness.world_fixtures import FAST
 

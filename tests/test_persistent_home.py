@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from controller import constants as C
-from controller.sim.kubelet import REPO_ROOT, example_box_image, kubelet_unavailable, scripted_agent
-from controller.sim.world import World, codex_login, eventually, utc_in
+from agentbox_sim.kubelet import REPO_ROOT, example_box_image, kubelet_unavailable, scripted_agent
+from agentbox_sim.world import World, codex_login, eventually, utc_in
 
 pytestmark = [pytest.mark.component,
               pytest.mark.skipif(kubelet_unavailable() is not None, reason=str(kubelet_unavailable()))]

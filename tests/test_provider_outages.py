@@ -17,7 +17,7 @@ import pytest
 from controller.domain.types import Usage
 from controller.providers.credentials import Login
 from controller.providers.readers import UsageCache, UsageThrottled
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 
 USAGE = "/api/oauth/usage"
 

@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from controller import constants as C
-from controller.sim.kube import JournalEntry
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.kube import JournalEntry
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 
 pytestmark = pytest.mark.component
 
@@ -46,6 +46,7 @@ JUSTIFIED: dict[tuple[str, str, str], str] = {
 # Requests only the namespaced mode makes (kopf follows its namespaces); cluster-wide mode never lists
 # namespaces, so its ClusterRole leaves them out.
 NAMESPACED_MODE_ONLY = {("", "namespaces", "list"), ("", "namespaces", "watch")}
+NO_ELECTION = {"leaderElection": {"enabled": False}}
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Access:
     resource: str  # "pods" or "pods/exec"
     verb: str
     namespace: str | None  # None: cluster-scoped, or across all namespaces
+    name: str | None = None  # the object's name for a named request (get, update, patch, delete)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -66,6 +68,8 @@ def access_of(entry: JournalEntry) -> Access | None:
     """The RBAC check for a request; None for discovery (non-resource URLs, allowed to every
     authenticated user by the built-in system:discovery role)."""
     parts = [p for p in entry.path.split("/") if p]
+    if parts == ["version"]:
+        return None  # `run` checks the cluster answers; system:public-info-viewer allows it to everyone
     if parts[:1] == ["api"]:
         group, rest = "", parts[2:]
     elif parts[:1] == ["apis"]:
@@ -86,7 +90,7 @@ def access_of(entry: JournalEntry) -> Access | None:
         "PATCH": "patch", "PUT": "update",
         "DELETE": "delete" if named else "deletecollection",
     }[entry.method]
-    return Access(group, resource, verb, namespace)
+    return Access(group, resource, verb, namespace, rest[1] if named else None)
 
 
 def operator_accesses(world: World) -> set[Access]:
@@ -107,11 +111,12 @@ class Grant:
     resource: str
     verb: str
     namespace: str | None  # None: a ClusterRole (every namespace and cluster-scoped resources)
+    names: frozenset[str] = frozenset()  # resourceNames; empty: any name
 
 
-def grants(values: dict[str, Any]) -> set[Grant]:
-    """Every (group, resource, verb, scope) the chart's RBAC grants the controller's ServiceAccount."""
-    out = helm.Chart.load(CHART).render(values, name="agentbox", namespace="agentbox-system", is_install=True)
+def grants(values: dict[str, Any], release_namespace: str = "agentbox-system") -> set[Grant]:
+    """Every (group, resource, verb, scope, names) the chart's RBAC grants the controller's ServiceAccount."""
+    out = helm.Chart.load(CHART).render(values, name="agentbox", namespace=release_namespace, is_install=True)
     docs = [d for path, text in out.items() if not path.endswith("NOTES.txt")
             for d in yaml.safe_load_all(text) if isinstance(d, dict)]
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]
@@ -126,17 +131,18 @@ def grants(values: dict[str, Any]) -> set[Grant]:
         scope = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
         role = roles[(ref["kind"], scope if ref["kind"] == "Role" else None, ref["name"])]
         for rule in role["rules"]:
-            assert not rule.get("resourceNames"), "resourceNames are not modelled here"
+            names = frozenset(rule.get("resourceNames") or ())
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
-                        result.add(Grant(group, resource, verb, scope))
+                        result.add(Grant(group, resource, verb, scope, names))
     return result
 
 
 def allowed(acc: Access, granted: set[Grant]) -> bool:
     return any(g.group == acc.group and g.resource == acc.resource and g.verb == acc.verb
-               and (g.namespace is None or g.namespace == acc.namespace) for g in granted)
+               and (g.namespace is None or g.namespace == acc.namespace)
+               and (not g.names or acc.name in g.names) for g in granted)
 
 
 # ---------------------------------------------------------------------------------------------- scenario
@@ -187,15 +193,16 @@ async def test_the_chart_grants_what_the_operator_uses_and_nothing_more(world: W
     used_keys = {a.key for a in used}
     assert ("", "pods/exec", "get") in used_keys and ("", "secrets", "patch") in used_keys, "scenario too short"
 
-    # Cluster-wide mode.
-    cluster = grants({"clusterWide": True})
+    # Cluster-wide mode. This operator runs in-process without leader election: the Lease Role is checked by
+    # test_leader_election_rights_are_exactly_what_two_electing_replicas_use.
+    cluster = grants({"clusterWide": True, **NO_ELECTION})
     missing = sorted({a.key for a in used if not allowed(a, cluster)} - NAMESPACED_MODE_ONLY)
     assert missing == [], f"the operator made requests the ClusterRole does not allow: {missing}"
     unused = sorted({g[:3] for g in ((g.group, g.resource, g.verb) for g in cluster)} - used_keys - set(JUSTIFIED))
     assert unused == [], f"the ClusterRole grants what no request needs (use it or justify it): {unused}"
 
     # Namespaced mode (the default), watching the world's namespace: Role there + the observer ClusterRole.
-    namespaced = grants({"clusterWide": False, "watchNamespaces": [world.namespace]})
+    namespaced = grants({"clusterWide": False, "watchNamespaces": [world.namespace], **NO_ELECTION})
     missing = sorted({(a.key, a.namespace) for a in used if not allowed(a, namespaced)})
     assert missing == [], f"the operator made requests the namespaced RBAC does not allow: {missing}"
     unused = sorted({(g.group, g.resource, g.verb) for g in namespaced} - used_keys - set(JUSTIFIED))
@@ -223,7 +230,7 @@ def test_request_to_rbac_mapping(method: str, path: str, query: str, expected: t
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("path", ["/api", "/api/v1", "/apis", "/apis/agentbox.dev/v1alpha1"])
+@pytest.mark.parametrize("path", ["/api", "/api/v1", "/apis", "/apis/agentbox.dev/v1alpha1", "/version/"])
 def test_discovery_needs_no_rule(path: str):
     assert access_of(JournalEntry("GET", path, "", "")) is None
 
@@ -232,12 +239,40 @@ def test_discovery_needs_no_rule(path: str):
 def test_peering_adds_only_kopf_peering_rights():
     """Peering cannot run against the emulator (no kopf.dev CRDs there); what it needs is kopf's documented
     peering RBAC (get/list/watch/patch the peering object) plus `create`, as `run --peering` creates it."""
-    cluster_wide = {"clusterWide": True}
+    cluster_wide = {"clusterWide": True, **NO_ELECTION}
     peering = {"replicas": 2, "peering": {"enabled": True}}
     verbs = {"get", "list", "watch", "patch", "create"}
     extra = {(g.group, g.resource, g.verb, g.namespace)
              for g in grants({**cluster_wide, **peering}) - grants(cluster_wide)}
     assert extra == {("kopf.dev", "clusterkopfpeerings", v, None) for v in verbs}
-    ns_values = {"clusterWide": False, "watchNamespaces": ["team-a"]}
+    ns_values = {"clusterWide": False, "watchNamespaces": ["team-a"], **NO_ELECTION}
     extra = {(g.group, g.resource, g.verb, g.namespace) for g in grants({**ns_values, **peering}) - grants(ns_values)}
     assert extra == {("kopf.dev", "kopfpeerings", v, "team-a") for v in verbs}
+
+
+# ---------------------------------------------------------------------------------------------- leader election
+async def test_leader_election_rights_are_exactly_what_two_electing_replicas_use(world: World, operator_process):
+    """Two `run --leader-elect` processes (the chart's args) against the emulator: the first creates the
+    Lease, both read it, the holder renews it (PUT). What leader election adds to the chart's RBAC is a Role
+    in the release namespace allowing exactly those requests: `create`, and `get`/`update` on the Lease's
+    name only (an `update` of another Lease name would be refused)."""
+    lease = "agentbox-agentbox-controller"  # the chart's default: the release's full name
+    elect = ("--leader-elect", lease, "--lease-namespace", world.namespace)
+    for name in ("replica-a", "replica-b"):
+        operator_process(name, *elect)
+
+    def lease_accesses() -> set[Access]:
+        return {a for a in operator_accesses(world) if a.group == "coordination.k8s.io"}
+
+    await eventually(lambda: {a.verb for a in lease_accesses()} >= {"create", "get", "update"}, 40,
+                     what="the Lease created, read and renewed")
+    used = lease_accesses()
+    assert {a.name for a in used if a.verb != "create"} == {lease}
+    added = grants({}, world.namespace) - grants(NO_ELECTION, world.namespace)
+    assert {(g.group, g.resource, g.verb, g.namespace) for g in added} == {
+        (a.group, a.resource, a.verb, a.namespace) for a in used}, "the Lease Role grants exactly what is used"
+    for acc in used:
+        assert allowed(acc, added), acc
+    assert not allowed(Access("coordination.k8s.io", "leases", "update", world.namespace, "another"), added)
+    assert not allowed(Access("coordination.k8s.io", "leases", "get", "kube-system", lease), added), \
+        "a Role in the release namespace, not a ClusterRole"

@@ -23,8 +23,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import pytest_asyncio
 
-from controller.sim.real_agents import RealAgents
-from controller.sim.world import TabSpec, World, eventually
+from agentbox_sim.real_agents import RealAgents
+from agentbox_sim.world import TabSpec, World, eventually
 
 from harness.world_fixtures import FAST
 
@@ -260,7 +260,7 @@ async def test_codex_restarted_with_resume_last_and_continued(real: tuple[World,
 
 # ------------------------------------------------------------------ the captured screens (no npm needed)
 # tests/fixtures/real-screens/<version>/: every release the profiles were checked against keeps its
-# screens; screens.json says what each one means (stated by the capture scenario, controller/sim/capture.py).
+# screens; screens.json says what each one means (stated by the capture scenario, agentbox_sim/capture.py).
 SCREENS = pathlib.Path(__file__).parent / "fixtures" / "real-screens"
 CAPTURED = sorted(
     (folder.name, name, meta)
@@ -271,8 +271,8 @@ CAPTURED = sorted(
 
 def test_every_pinned_version_has_captured_screens():
     # the pins, not an AGENTBOX_*_VERSION override (`make agents-latest` runs these tests on other releases)
-    from controller.sim.real_agents import PINNED_CLAUDE_VERSION as CLAUDE_VERSION
-    from controller.sim.real_agents import PINNED_CODEX_VERSION as CODEX_VERSION
+    from agentbox_sim.real_agents import PINNED_CLAUDE_VERSION as CLAUDE_VERSION
+    from agentbox_sim.real_agents import PINNED_CODEX_VERSION as CODEX_VERSION
 
     versions = {version for version, _, _ in CAPTURED}
     assert {CLAUDE_VERSION, CODEX_VERSION, "2.1.328", "0.169.0"} <= versions
@@ -288,7 +288,7 @@ def test_every_pinned_version_has_captured_screens():
 
 @pytest.mark.parametrize("version,name,meta", CAPTURED, ids=[f"{v}/{n}" for v, n, _ in CAPTURED])
 def test_captured_real_screen_is_detected(version: str, name: str, meta: dict):
-    from controller.sim.capture import check
+    from agentbox_sim.capture import check
 
     now = datetime.fromisoformat(meta["now"].replace("Z", "+00:00"))
     ok, detected, reset, problems = check(meta["agent"], (SCREENS / version / name).read_text(), now, meta["tz"],

@@ -26,7 +26,7 @@ from controller import metrics
 from controller.providers.credentials import parse_login, token_fingerprint
 from controller.providers.oauth import _error_code, apply_refresh
 from controller.providers.retry_after import MAX_RETRY_AFTER_S, parse_retry_after
-from controller.sim.world import TabSpec, World, eventually
+from agentbox_sim.world import TabSpec, World, eventually
 
 TOKEN_PATH = {"anthropic": "/v1/oauth/token", "openai": "/oauth/token"}
 KEY = {"anthropic": "credentials.json", "openai": "auth.json"}

@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from controller.sim.kube import ExecFault
-from controller.sim.world import TabSpec, World, claude_login, codex_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.kube import ExecFault
+from agentbox_sim.world import TabSpec, World, claude_login, codex_login, eventually, fake_agent_argv, utc_in
 from tests.test_resume_scenarios import at, reset_epoch, submits, tab_status
 
 pytestmark = pytest.mark.component

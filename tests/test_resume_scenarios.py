@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from controller.sim.world import TabSpec, World, claude_login, codex_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.world import TabSpec, World, claude_login, codex_login, eventually, fake_agent_argv, utc_in
 
 pytestmark = pytest.mark.component
 
@@ -113,7 +113,7 @@ async def test_reset_not_reached_yet_is_rescheduled_from_usage(world: World):
 
 
 async def test_recent_typing_holds_the_resume_until_the_human_is_idle(world: World):
-    from controller.sim.world import Human
+    from agentbox_sim.world import Human
 
     world.start_operator()
     reset = await claude_world(world, 5.0)

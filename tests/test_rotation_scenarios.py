@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 
 pytestmark = pytest.mark.component
 
@@ -206,7 +206,7 @@ async def test_selected_group_must_hold_the_current_and_another_of_the_provider(
     await subscription(world, "a", 30.0, 3600)
     await subscription(world, "b", 30.0, 3600)
     world.provider.add_login("tok-x", "acct-x")
-    from controller.sim.world import codex_login
+    from agentbox_sim.world import codex_login
     await world.add_secret("login-x", "auth.json", codex_login("tok-x", "acct-x"))
     await world.add_subscription("x", "openai", "login-x", "auth.json")
     await world.add_box("box", "claude-code", "a",
@@ -236,7 +236,7 @@ async def test_disconnected_subscription_moves_the_box(world: World):
 
 
 async def test_codex_box_is_stopped_before_its_login_changes_then_resumed(world: World):
-    from controller.sim.world import codex_login
+    from agentbox_sim.world import codex_login
 
     world.start_operator()
     for name, five in (("a", 100.0), ("b", 10.0)):

@@ -21,7 +21,7 @@ import pytest_asyncio
 import yaml
 
 from controller import constants as C
-from controller.sim.world import World
+from agentbox_sim.world import World
 from controller.statusview import bar, build_view, duration, render_table, route
 from tests.harness.world_fixtures import FAST
 

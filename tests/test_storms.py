@@ -20,7 +20,7 @@ import pytest
 
 import pytest_asyncio
 
-from controller.sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 
 pytestmark = pytest.mark.component
 

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 from harness.world_fixtures import FAST
 
-from controller.sim.world import World, eventually
+from agentbox_sim.world import World, eventually
 
 from test_resume_scenarios import claude_world, submits, tab_status
 

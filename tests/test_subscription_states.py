@@ -7,7 +7,7 @@ import pytest
 
 import pytest_asyncio
 
-from controller.sim.world import World, claude_login, eventually, utc_in
+from agentbox_sim.world import World, claude_login, eventually, utc_in
 from tests.harness.world_fixtures import FAST
 
 pytestmark = pytest.mark.component

@@ -14,7 +14,7 @@ import pytest_asyncio
 
 from controller.kube.aexec import AsyncExec
 from controller.kube.exec import ExecResult
-from controller.sim.kube import KubeEmulator
+from agentbox_sim.kube import KubeEmulator
 from controller.terminal import control, tmux
 from controller.terminal.control import ControlClient, ControlError
 from controller.terminal.stream import BoxStream, StreamTerminal

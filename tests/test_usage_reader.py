@@ -21,7 +21,7 @@ from controller.providers.readers import (
     UsageThrottled,
     UsageUnauthorized,
 )
-from controller.sim.provider import ProviderEmulator
+from agentbox_sim.provider import ProviderEmulator
 
 pytestmark = pytest.mark.component
 

@@ -1,5 +1,5 @@
 // A scripted stand-in for Claude Code, for the kind e2e (the example box image has node, not Python).
-// The same screen as controller/sim/fake_agent.py's claude-code mode: the limit line
+// The same screen as agentbox_sim/fake_agent.py's claude-code mode: the limit line
 // "You've hit your 5-hour limit · resets 5:13pm (UTC)" above the boxed prompt; `continue` submitted
 // after the reset makes it work, before it the limit line comes back.
 // Usage: node scripted-claude.js <reset epoch seconds, on a whole minute>

@@ -32,7 +32,7 @@ import pytest
 import pytest_asyncio
 from kopf.testing import KopfRunner
 
-from controller.sim.kube import KubeEmulator, LocalExec, TmuxSockets
+from agentbox_sim.kube import KubeEmulator, LocalExec, TmuxSockets
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[2]
 

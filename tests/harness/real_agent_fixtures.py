@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from controller.sim.real_agents import CLAUDE_VERSION, CODEX_VERSION, AgentsUnavailable, ensure_installed, installed
+from agentbox_sim.real_agents import CLAUDE_VERSION, CODEX_VERSION, AgentsUnavailable, ensure_installed, installed
 
 
 @pytest.fixture(scope="module")

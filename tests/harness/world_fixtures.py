@@ -1,5 +1,5 @@
 """Fixture `world`: the emulated API server, provider emulator, tmux pods and (on demand) the real
-kopf operator with short intervals. See controller/sim/world.py."""
+kopf operator with short intervals. See agentbox_sim/world.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 
 from controller.settings import Settings
-from controller.sim.world import World
+from agentbox_sim.world import World
 
 FAST = Settings(
     scan_interval_s=1.0, resume_margin_s=1.0, human_idle_s=4.0, auto_continue_grace_s=6.0, settle_s=4.0,

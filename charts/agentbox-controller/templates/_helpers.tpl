@@ -47,6 +47,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "agentbox.fullname" .) .Values.peering.name -}}
 {{- end -}}
 
+{{- define "agentbox.leaseName" -}}
+{{- default (include "agentbox.fullname" .) .Values.leaderElection.leaseName -}}
+{{- end -}}
+
+{{- define "agentbox.leaseNamespace" -}}
+{{- default .Release.Namespace .Values.leaderElection.namespace -}}
+{{- end -}}
+
 {{- define "agentbox.image" -}}
 {{- if .Values.image.digest -}}
 {{ .Values.image.repository }}@{{ .Values.image.digest }}

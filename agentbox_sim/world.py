@@ -25,8 +25,8 @@ import aiohttp
 from controller import constants as C
 from controller.crdgen import render_crds
 from controller.settings import Settings
-from controller.sim.kube import KubeEmulator, LocalExec, TmuxSockets
-from controller.sim.provider import ProviderEmulator
+from agentbox_sim.kube import KubeEmulator, LocalExec, TmuxSockets
+from agentbox_sim.provider import ProviderEmulator
 
 
 def claude_login(token: str, expires_at_ms: int = 4102444800000) -> str:
@@ -95,10 +95,10 @@ class World:
     kubelet: Any = None
 
     async def start_kubelet(self, images: dict[str, Any], **options: Any) -> Any:
-        """Let the kubelet model (controller.sim.kubelet) run the pods of images it knows, as a node
+        """Let the kubelet model (agentbox_sim.kubelet) run the pods of images it knows, as a node
         would: volumes, the container's user, restarts, containerStatuses, exec inside the container.
         Needs root (see `kubelet_unavailable`). Returns the Kubelet."""
-        from controller.sim.kubelet import Kubelet, KubeletExec
+        from agentbox_sim.kubelet import Kubelet, KubeletExec
 
         self.kubelet = Kubelet(self.kube, images, self.workdir / "kubelet", **options)
         self.kube.exec_handler = KubeletExec(self.kubelet, self.local_exec)
@@ -336,7 +336,7 @@ class World:
         for i, tab in enumerate(tabs):
             log = root / f"{tab.name}.log"
             env = ["-e", f"AGENTBOX_FAKE_LOG={log}", "-e", "PS1=$ ",
-                   "-e", f"PYTHONPATH={pathlib.Path(__file__).resolve().parents[2]}"]
+                   "-e", f"PYTHONPATH={pathlib.Path(__file__).resolve().parents[1]}"]
             # tmux gives new panes the client's PATH, so PATH is set by `env` in the pane itself.
             # No history file: a shell killed with its pod must not write into the removed sandbox.
             shell = ["env", f"PATH={env_path}", f"HOME={root}", "HISTFILE=/dev/null", "bash", "--norc", "--noprofile"]
@@ -375,8 +375,8 @@ class World:
 
 
 def fake_agent_argv(agent: str, reset_epoch: float, *extra: str) -> list[str]:
-    """argv starting the scripted agent (see controller.sim.fake_agent)."""
-    return [sys.executable, "-m", "controller.sim.fake_agent", agent, "--reset-epoch", f"{reset_epoch:.3f}", *extra]
+    """argv starting the scripted agent (see agentbox_sim.fake_agent)."""
+    return [sys.executable, "-m", "agentbox_sim.fake_agent", agent, "--reset-epoch", f"{reset_epoch:.3f}", *extra]
 
 
 async def eventually(probe: Callable[[], Any], timeout: float, every: float = 0.2,

@@ -1,6 +1,6 @@
 """The emulated container runtime's init step: enter (or create) a container's mount namespace, drop
-to the container's user, and exec its command.  Run by :mod:`controller.sim.kubelet` as root, as
-``python -m controller.sim.container_init '<json spec>'``; never imported by the operator.
+to the container's user, and exec its command.  Run by :mod:`agentbox_sim.kubelet` as root, as
+``python -m agentbox_sim.container_init '<json spec>'``; never imported by the operator.
 
 Spec (JSON object):
 

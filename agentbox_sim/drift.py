@@ -1,13 +1,13 @@
 """`make agents-latest`: the drift check — do the newest published CLIs still read the way we expect?
 
-    python -m controller.sim.drift [--prefix .agents-latest] [--claude VERSION] [--codex VERSION] [--no-tests]
+    python -m agentbox_sim.drift [--prefix .agents-latest] [--claude VERSION] [--codex VERSION] [--no-tests]
 
 1. asks npm for the newest published ``@anthropic-ai/claude-code`` and ``@openai/codex`` (or takes the
    given versions) and installs them into their own folder (default ``.agents-latest``; ``.agents`` and
    the pins are left alone);
 2. runs the real-agent tests (tests/test_real_agents.py, tests/test_login_real_agents.py) against them
    (environment AGENTBOX_AGENTS_DIR / AGENTBOX_CLAUDE_VERSION / AGENTBOX_CODEX_VERSION);
-3. captures their screens in every scenario of controller/sim/capture.py (saved under
+3. captures their screens in every scenario of agentbox_sim/capture.py (saved under
    ``tmp/agents-latest/screens/<version>/``) and prints one table: version, scenario, detected state,
    reset, pass/fail — then the test results.
 
@@ -25,7 +25,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-from controller.sim.real_agents import CLAUDE_PACKAGE, CODEX_PACKAGE, REPO
+from agentbox_sim.real_agents import CLAUDE_PACKAGE, CODEX_PACKAGE, REPO
 
 __all__ = ["main", "newest"]
 
@@ -69,7 +69,7 @@ def _tests(env: dict[str, str], out: pathlib.Path) -> list[tuple[str, str, str]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m controller.sim.drift", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m agentbox_sim.drift", description=__doc__.split("\n\n")[0])
     p.add_argument("--prefix", type=pathlib.Path, default=REPO / ".agents-latest")
     p.add_argument("--claude", default=None, help="Claude Code version (default: newest on npm)")
     p.add_argument("--codex", default=None, help="Codex version (default: newest on npm)")
@@ -86,13 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "AGENTBOX_AGENTS_DIR": str(ns.prefix.resolve()), "AGENTBOX_CLAUDE_VERSION": claude,
            "AGENTBOX_CODEX_VERSION": codex, "PYTHONPATH": str(REPO)}
     print(f"agents-latest: {CLAUDE_PACKAGE}@{claude}, {CODEX_PACKAGE}@{codex} in {ns.prefix}", flush=True)
-    res = subprocess.run([sys.executable, "-c", "from controller.sim.real_agents import ensure_installed; "
+    res = subprocess.run([sys.executable, "-c", "from agentbox_sim.real_agents import ensure_installed; "
                           "ensure_installed()"], cwd=REPO, env=env, capture_output=True, text=True)
     if res.returncode != 0:
         print(f"agents-latest: install failed: {res.stderr.strip()[-500:]}", file=sys.stderr)
         return 2
     tests = [] if ns.no_tests else _tests(env, out)
-    cap = subprocess.run([sys.executable, "-m", "controller.sim.capture", "--prefix", str(ns.prefix.resolve()),
+    cap = subprocess.run([sys.executable, "-m", "agentbox_sim.capture", "--prefix", str(ns.prefix.resolve()),
                           "--out", str(out / "screens")], cwd=REPO, env=env, capture_output=True, text=True)
     print(cap.stdout.rstrip())
     if cap.stderr.strip():

@@ -19,7 +19,7 @@ Claude Code 2.1.x and Codex 0.169) and react to keys the way the real TUIs do:
 before it, the limit line comes back. Every key and submitted line is appended to
 `$AGENTBOX_FAKE_LOG` (one JSON object per line) so tests can count what the controller sent.
 
-Usage: python -m controller.sim.fake_agent {claude-code,codex} --reset-epoch S [options]
+Usage: python -m agentbox_sim.fake_agent {claude-code,codex} --reset-epoch S [options]
 """
 
 from __future__ import annotations
@@ -323,7 +323,7 @@ class FakeAgent:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: `python -m controller.sim.fake_agent AGENT [options]` (or a `codex` shim)."""
+    """Entry point: `python -m agentbox_sim.fake_agent AGENT [options]` (or a `codex` shim)."""
     p = argparse.ArgumentParser()
     p.add_argument("agent", choices=["claude-code", "codex"])
     p.add_argument("--reset-epoch", type=float, required=True, help="the usage reset instant, epoch seconds")

@@ -64,7 +64,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from controller.sim.kube import KubeEmulator, LocalExec
+from agentbox_sim.kube import KubeEmulator, LocalExec
 
 logger = logging.getLogger("agentbox.sim.kubelet")
 
@@ -72,8 +72,8 @@ JsonObj = dict[str, Any]
 SIM_ROOT = "/opt/agentbox-sim"
 SIM_PYTHON = f"{SIM_ROOT}/python/bin/python3"
 SIM_SRC = f"{SIM_ROOT}/src"
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-_INIT = [sys.executable, "-m", "controller.sim.container_init"]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+_INIT = [sys.executable, "-m", "agentbox_sim.container_init"]
 
 
 def kubelet_unavailable() -> str | None:
@@ -222,11 +222,11 @@ def example_box_image(**extra_files: str) -> ImageConfig:
 
 
 def scripted_agent(agent: str, *args: str, log: str = "$HOME/agent.log") -> str:
-    """A shell script standing for an agent CLI in an image: runs :mod:`controller.sim.fake_agent` with
+    """A shell script standing for an agent CLI in an image: runs :mod:`agentbox_sim.fake_agent` with
     the emulation's Python (``agent``: ``claude-code`` | ``codex``; ``args``: the fake agent's options;
     ``log``: where it records keys, ``$HOME`` expanded in the container)."""
     return ("#!/bin/sh\n"
-            f'AGENTBOX_FAKE_LOG="{log}" PYTHONPATH={SIM_SRC} exec {SIM_PYTHON} -m controller.sim.fake_agent '
+            f'AGENTBOX_FAKE_LOG="{log}" PYTHONPATH={SIM_SRC} exec {SIM_PYTHON} -m agentbox_sim.fake_agent '
             f'{shlex.quote(agent)} {shlex.join(args)} "$@"\n')
 
 

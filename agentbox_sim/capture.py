@@ -1,6 +1,6 @@
 """Capture the real CLIs' screens against the provider emulator, and check what detection makes of them.
 
-    python -m controller.sim.capture [--prefix DIR] [--out DIR] [--only NAME ...]
+    python -m agentbox_sim.capture [--prefix DIR] [--out DIR] [--only NAME ...]
 
 Each scenario drives the real Claude Code or Codex (from ``--prefix``, default ``.agents``; the
 versions installed there are the ones captured) in a tmux pane of an emulated pod, with the provider
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from controller.sim.real_agents import (
+from agentbox_sim.real_agents import (
     AGENTS_DIR,
     CLAUDE_PACKAGE,
     CODEX_PACKAGE,
@@ -135,7 +135,7 @@ async def _pod(world: Any, box: str, login_key: str, login_text: str) -> None:
 
 
 async def _claude(ctx: _Ctx, *, auto_continue: bool, weekly_far: bool = False) -> None:
-    from controller.sim.world import TabSpec
+    from agentbox_sim.world import TabSpec
 
     world, agents = ctx.world, ctx.agents
     creds = agents.claude_login(f"sk-ant-oat01-{ctx.box}-emulated", ctx.account)
@@ -202,7 +202,7 @@ async def claude_weekly_far(ctx: _Ctx) -> None:
 async def codex_session(ctx: _Ctx) -> None:
     """Codex (ChatGPT mode): a reply near the limit (its status warning), the usage-limit 429, Ctrl-C
     twice, and ``codex resume --last`` (the old limit line redrawn above an empty composer)."""
-    from controller.sim.world import TabSpec
+    from agentbox_sim.world import TabSpec
 
     world, agents = ctx.world, ctx.agents
     await _pod(world, ctx.box, "auth.json", agents.codex_login(ctx.account))
@@ -260,7 +260,7 @@ async def capture_all(prefix: pathlib.Path = AGENTS_DIR, only: list[str] | None 
         AgentsUnavailable: the CLIs are not installed in ``prefix``.
     """
     from controller.settings import Settings
-    from controller.sim.world import World
+    from agentbox_sim.world import World
 
     versions = {"claude-code": _installed_version(prefix, CLAUDE_PACKAGE) or "?",
                 "codex": _installed_version(prefix, CODEX_PACKAGE) or "?"}
@@ -351,7 +351,7 @@ def rows_for(versions: dict[str, str], captures: list[Capture]) -> list[Row]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m controller.sim.capture", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m agentbox_sim.capture", description=__doc__.split("\n\n")[0])
     p.add_argument("--prefix", type=pathlib.Path, default=AGENTS_DIR, help="npm prefix holding the CLIs")
     p.add_argument("--out", type=pathlib.Path, default=None,
                    help="save the screens under OUT/<version>/ (default: do not save, only print the table)")

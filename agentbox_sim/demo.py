@@ -16,7 +16,7 @@ It prints a timeline and exits 0 only if every expected step happened. `--keep` 
 running afterwards and prints how to look at it (`kubectl agentbox status`, `tmux attach` to a box).
 
 With `--real-agents` (`make demo REAL_AGENTS=1`) the resume scene's tabs run the pinned Claude Code and Codex
-CLIs (controller/sim/real_agents.py) against the provider emulator instead of the scripted agents; Claude
+CLIs (agentbox_sim/real_agents.py) against the provider emulator instead of the scripted agents; Claude
 Code has its native wait switched off, so it starts with the controller answering its limit menu.
 """
 
@@ -77,7 +77,7 @@ class Timeline:
 class Cast:
     """Who plays the agents: how their tabs start and what the demo reads to follow them.
 
-    The scripted cast (`ScriptedCast`) runs controller.sim.fake_agent and reads its key log; the real
+    The scripted cast (`ScriptedCast`) runs agentbox_sim.fake_agent and reads its key log; the real
     cast (`RealCast`) runs the pinned Claude Code and Codex CLIs against the provider emulator and
     reads the emulator's record of their model calls.
     """
@@ -102,10 +102,10 @@ class Cast:
 
 
 class ScriptedCast(Cast):
-    """Scripted agents (controller.sim.fake_agent) printing the real limit lines."""
+    """Scripted agents (agentbox_sim.fake_agent) printing the real limit lines."""
 
     async def setup(self, w: Any, timeline: Timeline, claude_reset: float, codex_reset: float) -> None:
-        from controller.sim.world import TabSpec, claude_login, codex_login, fake_agent_argv
+        from agentbox_sim.world import TabSpec, claude_login, codex_login, fake_agent_argv
 
         await w.add_secret("claude-login", "credentials.json", claude_login("demo-claude-token", _LOGIN_EXPIRES_MS()))
         await w.add_secret("codex-login", "auth.json", codex_login("demo-codex-token", "codex-account"))
@@ -164,8 +164,8 @@ class RealCast(Cast):
         self.codex_access = ""
 
     async def setup(self, w: Any, timeline: Timeline, claude_reset: float, codex_reset: float) -> None:
-        from controller.sim.real_agents import CLAUDE_VERSION, CODEX_VERSION, RealAgents
-        from controller.sim.world import TabSpec
+        from agentbox_sim.real_agents import CLAUDE_VERSION, CODEX_VERSION, RealAgents
+        from agentbox_sim.world import TabSpec
 
         self.agents = RealAgents(w)
         await self.agents.start()
@@ -252,7 +252,7 @@ class Scenes:
 
     @staticmethod
     async def _subscription(w: Any, name: str, five: float, reset_at: datetime, **spec: Any) -> None:
-        from controller.sim.world import claude_login
+        from agentbox_sim.world import claude_login
 
         token = f"tok-{name}"
         w.provider.add_login(token, f"acct-{name}")
@@ -262,7 +262,7 @@ class Scenes:
         await w.add_subscription(name, "anthropic", f"login-{name}", "credentials.json", **spec)
 
     async def setup(self, w: Any, timeline: Timeline, now: float, group_lead_s: float, reserve_lead_s: float) -> None:
-        from controller.sim.world import TabSpec, fake_agent_argv
+        from agentbox_sim.world import TabSpec, fake_agent_argv
 
         at = lambda e: datetime.fromtimestamp(e, timezone.utc)  # noqa: E731
         self.group_reset = float(math.ceil(now + group_lead_s))
@@ -358,7 +358,7 @@ async def _objects(w: Any, timeline: Timeline) -> None:
 
 
 async def _play(cast: Cast, workdir: Path, timeline: Timeline, lead_s: float = 20.0, keep: bool = False) -> bool:
-    from controller.sim.world import World
+    from agentbox_sim.world import World
 
     scenes = Scenes()
     async with World(workdir, DEMO_SETTINGS) as w:
@@ -498,7 +498,7 @@ def run_demo(real_agents: bool = False, verbose: bool = False, keep: bool = Fals
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     cast: Cast = ScriptedCast()
     if real_agents:
-        from controller.sim.real_agents import AgentsUnavailable, ensure_installed
+        from agentbox_sim.real_agents import AgentsUnavailable, ensure_installed
 
         try:
             ensure_installed()
@@ -520,7 +520,7 @@ def _demo_tmp(real_agents: bool) -> str | None:
     """Codex refuses to create its helper links under /tmp: the real demo works under the repo's tmp/."""
     if not real_agents:
         return None
-    from controller.sim.real_agents import REPO
+    from agentbox_sim.real_agents import REPO
 
     path = REPO / "tmp"
     path.mkdir(exist_ok=True)

@@ -7,7 +7,10 @@ path is served by this module with its own storage, because kmock's ``Kubernetes
 what kopf 1.45 needs (see ``notes/test-harness.md``):
 
 * resourceVersion / uid / creationTimestamp / generation stamping; generation bumps only on spec change;
-* 409 on a stale ``metadata.resourceVersion`` in merge patches and PUTs, 422 on a failed JSON-patch ``test``;
+* 409 on a stale ``metadata.resourceVersion`` in merge patches and PUTs, 422 on a failed JSON-patch ``test``
+  (so of two leader-election candidates replacing the same Lease version, one wins and one gets 409);
+* an API outage (:meth:`KubeEmulator.set_outage`), and per-client network partitions: one listener per
+  client (:meth:`KubeEmulator.add_listener`), cut by :meth:`KubeEmulator.partition` (reset or hang);
 * PUT; ``/status`` isolation (the main endpoint ignores status, ``/status`` ignores everything else);
 * ``generateName``; ``labelSelector`` (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``);
   simple ``fieldSelector`` (dotted path ``=``/``!=``);
@@ -26,7 +29,7 @@ what kopf 1.45 needs (see ``notes/test-harness.md``):
 
 Known gaps versus a real kube-apiserver: no defaulting/pruning/CEL, strategic merge behaves as JSON merge
 patch, no authentication/RBAC/admission, no controllers other than garbage collection and namespace
-deletion, no kubelet unless :class:`controller.sim.kubelet.Kubelet` is attached (otherwise tests play it
+deletion, no kubelet unless :class:`agentbox_sim.kubelet.Kubelet` is attached (otherwise tests play it
 with :meth:`KubeEmulator.set_pod_phase`), no watch bookmarks, exec without TTY.
 
 All state lives on the event loop that called :meth:`KubeEmulator.start`; every mutation is synchronous
@@ -60,9 +63,11 @@ import secrets as _secrets
 import shlex
 import shutil
 import signal
+import socket
 import string
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
@@ -321,7 +326,10 @@ class LocalExec:
 class JournalEntry:
     """One HTTP request served: ``method`` ("GET"), ``path`` ("/api/v1/namespaces/default/pods"),
     ``query`` (raw query string, "" if none), ``content_type`` ("" if none), ``status`` (HTTP status;
-    200 as soon as a watch stream starts), ``user_agent``."""
+    200 as soon as a watch stream starts; 0 when the connection was cut), ``user_agent``, ``port`` (the
+    emulator's listening port the request came in on: which client made it, when each client was given
+    its own listener with :meth:`KubeEmulator.add_listener`; 0 if unknown), ``at`` (epoch seconds when it
+    arrived)."""
 
     method: str
     path: str
@@ -329,6 +337,8 @@ class JournalEntry:
     content_type: str
     status: int | None = None
     user_agent: str = ""
+    port: int = 0
+    at: float = dataclasses.field(default_factory=time.time)
 
     @property
     def params(self) -> dict[str, list[str]]:
@@ -673,6 +683,7 @@ class KubeEmulator:
         self._changed = asyncio.Event()
         self._stopping = False
         self.outage = False  # see set_outage()
+        self.partitions: dict[int, str] = {}  # listening port -> "reset" | "hang"; see partition()
         self._watch_epoch = 0  # bumped by expire_watches(): open watch streams end
         self._exec_tasks: set[asyncio.Future[tuple[bytes, bytes, int]]] = set()
         self._listeners: list[Callable[[kmock.resource, str, JsonObj], None]] = []
@@ -727,12 +738,14 @@ class KubeEmulator:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def write_kubeconfig(self, path: pathlib.Path, *, namespace: str = "default") -> pathlib.Path:
-        """Write a kubeconfig (no auth) pointing at :attr:`url`; returns ``path``."""
+    def write_kubeconfig(self, path: pathlib.Path, *, namespace: str = "default",
+                         server: str | None = None) -> pathlib.Path:
+        """Write a kubeconfig (no auth) pointing at ``server`` (default :attr:`url`; e.g. a URL from
+        :meth:`add_listener`); returns ``path``."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "emulator", "cluster": {"server": server or self.url}}],
             "users": [{"name": "emulator", "user": {}}],
             "contexts": [{"name": "emulator",
                           "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace}}],
@@ -947,6 +960,35 @@ class KubeEmulator:
         if on:
             self._notify()
 
+    async def add_listener(self) -> str:
+        """Serve the same API on one more loopback port and return its URL (``http://127.0.0.1:PORT``).
+        Give each client (e.g. each operator replica) its own listener and kubeconfig: the journal then
+        tells their requests apart (:attr:`JournalEntry.port`) and :meth:`partition` can cut one of them."""
+        if self._runner is None:
+            raise RuntimeError("the emulator is not started")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        site = aiohttp.web.SockSite(self._runner, sock)
+        await site.start()
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    def partition(self, port: int, mode: str | None = "reset") -> None:
+        """Cut the network between the clients of one listening port and the API server (``mode``
+        "reset": every request's connection is reset, as a refused or dropped connection looks; "hang":
+        requests get no answer until the partition ends, as when packets are dropped), or heal it
+        (``mode=None``). Open watch streams on that port are cut. Other ports are served as usual."""
+        if mode is None:
+            self.partitions.pop(port, None)
+        else:
+            if mode not in ("reset", "hang"):
+                raise ValueError(f"unknown partition mode {mode!r}")
+            self.partitions[port] = mode
+        self._notify()
+
+    def _cut(self, port: int) -> str | None:
+        """How a request on `port` is cut right now ("reset", "hang"), or None when it is served."""
+        return "reset" if self.outage else self.partitions.get(port)
+
     def expire_watches(self) -> None:
         """Compact the event history (every resourceVersion seen so far becomes too old) and end every open
         watch stream: a client resuming its watch from its last resourceVersion gets ``410 Gone`` (reason
@@ -958,10 +1000,17 @@ class KubeEmulator:
         self._notify()
 
     async def _serve_http(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        sockname = raw.transport.get_extra_info("sockname") if raw.transport is not None else None
+        port = int(sockname[1]) if sockname else 0
         entry = JournalEntry(raw.method, raw.path, raw.query_string,
-                             raw.headers.get("Content-Type", ""), None, raw.headers.get("User-Agent", ""))
+                             raw.headers.get("Content-Type", ""), None, raw.headers.get("User-Agent", ""), port)
         self.journal.append(entry)
-        if self.outage:
+        hung = self._cut(port) == "hang"
+        while hung and not self._stopping and self._cut(port) == "hang":
+            changed = self._changed
+            await changed.wait()
+        gone = hung and (raw.transport is None or raw.transport.is_closing())  # the client left meanwhile
+        if self._cut(port) or (hung and self._stopping) or gone:
             entry.status = 0
             if raw.transport is not None:
                 raw.transport.abort()
@@ -1118,6 +1167,7 @@ class KubeEmulator:
 
     async def _serve_watch(self, raw: aiohttp.web.BaseRequest, entry: JournalEntry, res: kmock.resource,
                            p: _Path) -> aiohttp.web.StreamResponse:
+        port = entry.port
         query = raw.query
         match = self._matching(res, p.namespace, query, name=p.name)
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
@@ -1143,7 +1193,7 @@ class KubeEmulator:
                     await response.write(json.dumps(gone).encode() + b"\n")
                     return response
             epoch = self._watch_epoch
-            while not self._stopping and not self.outage and epoch == self._watch_epoch:
+            while not self._stopping and not self._cut(port) and epoch == self._watch_epoch:
                 changed = self._changed
                 start = bisect.bisect_right(self._event_rvs, cursor)
                 if cursor < self._events_floor:
@@ -1162,7 +1212,7 @@ class KubeEmulator:
                     await asyncio.wait_for(changed.wait(), remaining)
                 except TimeoutError:
                     break
-            if self.outage:
+            if self._cut(port):
                 if raw.transport is not None:
                     raw.transport.abort()
                 return response

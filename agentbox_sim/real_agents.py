@@ -46,7 +46,7 @@ CLAUDE_VERSION = os.environ.get("AGENTBOX_CLAUDE_VERSION") or PINNED_CLAUDE_VERS
 CODEX_VERSION = os.environ.get("AGENTBOX_CODEX_VERSION") or PINNED_CODEX_VERSION
 PINNED = {CLAUDE_PACKAGE: CLAUDE_VERSION, CODEX_PACKAGE: CODEX_VERSION}
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[1]
 AGENTS_DIR = pathlib.Path(os.environ.get("AGENTBOX_AGENTS_DIR") or REPO / ".agents")
 RUN_MARKER = "AGENTBOX_REAL_AGENT_RUN"
 

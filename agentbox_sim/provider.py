@@ -19,7 +19,7 @@ Every model call is recorded in ``turns`` (the last user text and the user texts
 
 And the OAuth token endpoints the agents refresh their logins with (notes/real-agents.md "Logins"):
 - ``POST /v1/oauth/token`` (Claude Code, ``https://platform.claude.com/v1/oauth/token``; reached
-  through a CONNECT tunnel, `controller.sim.real_agents.TunnelProxy`);
+  through a CONNECT tunnel, `agentbox_sim.real_agents.TunnelProxy`);
 - ``POST /oauth/token`` (Codex, ``https://auth.openai.com/oauth/token``; ``CODEX_REFRESH_TOKEN_URL_OVERRIDE``).
 Logins made with `issue_login` have access tokens that expire (401 afterwards) and single-use
 refresh tokens: a refresh token presented twice is refused and revokes its whole chain (every
@@ -917,7 +917,7 @@ def _jwt(claims: dict[str, Any]) -> str:
 
 
 # Host names the test certificate also covers: the agents' token endpoints, reached through a
-# CONNECT tunnel to this emulator (controller.sim.real_agents.TunnelProxy).
+# CONNECT tunnel to this emulator (agentbox_sim.real_agents.TunnelProxy).
 TLS_NAMES = ("platform.claude.com", "auth.openai.com")
 
 
