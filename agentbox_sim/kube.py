@@ -686,6 +686,7 @@ class KubeEmulator:
         self.partitions: dict[int, str] = {}  # listening port -> "reset" | "hang"; see partition()
         self._watch_epoch = 0  # bumped by expire_watches(): open watch streams end
         self._exec_tasks: set[asyncio.Future[tuple[bytes, bytes, int]]] = set()
+        self._exec_transports: set[asyncio.BaseTransport] = set()  # open exec connections (cut by an outage)
         self._listeners: list[Callable[[kmock.resource, str, JsonObj], None]] = []
         self._runner: aiohttp.web.ServerRunner | None = None
         self._port: int | None = None
@@ -955,10 +956,14 @@ class KubeEmulator:
     def set_outage(self, on: bool) -> None:
         """API server unreachable (True) or back (False). While out, every request's connection is reset
         without an answer (as a crashed API server or a cut network looks to a client), open watch streams
-        are cut, and nothing is stored; the state is kept for when it comes back."""
+        are cut, and nothing is stored; the state is kept for when it comes back. Open exec connections
+        (one-shot calls and live streams, which a real API server proxies to the kubelet) are cut too."""
         self.outage = on
         if on:
             self._notify()
+            for transport in list(self._exec_transports):
+                transport.abort()
+            self._exec_transports.clear()
 
     async def add_listener(self) -> str:
         """Serve the same API on one more loopback port and return its URL (``http://127.0.0.1:PORT``).
@@ -1566,6 +1571,17 @@ class KubeEmulator:
             raise ApiError(400, "BadRequest", f"unable to upgrade connection: {problem}")
         if raw.headers.get("Upgrade", "").lower() != "websocket":
             raise ApiError(400, "BadRequest", "Upgrade request required")
+        transport = raw.transport
+        if transport is not None:
+            self._exec_transports.add(transport)
+        try:
+            return await self._serve_exec_upgraded(raw, namespace, name, container, argv)
+        finally:
+            if transport is not None:
+                self._exec_transports.discard(transport)
+
+    async def _serve_exec_upgraded(self, raw: aiohttp.web.BaseRequest, namespace: str, name: str, container: str,
+                                   argv: list[str]) -> aiohttp.web.StreamResponse:
         fault = next((f for f in self.exec_faults if f.applies(name, argv)), None)
         if fault is not None and fault.when == "before" and fault.on_match is not None:
             fault.on_match()

@@ -74,6 +74,7 @@ class BoxStream:
         self.screens: dict[str, str] = {}
         self.keys: dict[str, Hashable] = {}
         self.opened = 0
+        self.capturing: set[str] = set()
         self._checked = False
         self._task: asyncio.Task[None] | None = None
 
@@ -81,6 +82,13 @@ class BoxStream:
     def connected(self) -> bool:
         """The control client is attached now."""
         return self.client is not None and not self.client.closed.is_set()
+
+    def fresh(self, pane: str) -> bool:
+        """The cached screen of `pane` is current: tmux reported no output since it was captured (a pane with
+        output not captured yet is read live, so a pass right after our keys never sees the screen before them)."""
+        client = self.client
+        return (pane in self.screens and pane not in self.capturing
+                and (client is None or pane not in client.dirty))
 
     def start(self) -> None:
         """Start the connect-and-follow loop (idempotent)."""
@@ -149,6 +157,7 @@ class BoxStream:
                 break
             await asyncio.sleep(self.debounce_s)
             dirty, tabs_changed = client.take_dirty()
+            self.capturing = set(dirty)  # their cached screens are older than their output: not served
             if tabs_changed or first:
                 result = await self.command(tmux.list_tabs_argv())
                 if result.rc != 0:  # the session is gone
@@ -177,6 +186,7 @@ class BoxStream:
                 if self.keys.get(pane, None) != key or pane not in self.keys:
                     notify = True
                 self.keys[pane] = key
+            self.capturing = set()
             await client.resume_panes(dirty)
             if notify:
                 self.on_change()
@@ -239,7 +249,7 @@ class StreamTerminal(BoxTerminal):
         """Screens of every tab: cached for panes the live stream follows, captured for the others."""
         if not self.stream.connected:
             return await super().capture_all(tabs)
-        cached = {t.id: self.stream.screens[t.pane_id] for t in tabs if t.pane_id in self.stream.screens}
+        cached = {t.id: self.stream.screens[t.pane_id] for t in tabs if self.stream.fresh(t.pane_id)}
         missing = [t for t in tabs if t.id not in cached]
         if missing:
             cached.update(await super().capture_all(missing))
