@@ -176,3 +176,97 @@ async def test_no_control_mode_means_polling_and_says_why() -> None:
         assert not box.connected
     assert control.supported("tmux 3.3a") and control.supported("tmux next-3.6")
     assert not control.supported("tmux 2.9")
+
+
+async def test_flow_control_pause_marks_the_pane_and_it_is_continued(aexec: AsyncExec) -> None:
+    """pause-after: the client attaches with the flag (tmux then pauses a pane whose output waited for it
+    over N seconds instead of buffering without bound); a %pause marks the pane changed and paused, and
+    after its capture the client continues it, so its output flows again. The pause is asked of tmux
+    directly (``refresh-client -A %N:pause``, what pause-after does by itself) so the test does not
+    depend on how fast the machine drains a flood."""
+    client = ControlClient(await aexec.open("default", "box", "box", control.attach_argv(pause_after_s=1)))
+    try:
+        state = await aexec.run("default", "box", "box", ["tmux", "list-clients", "-t", "=agentbox", "-F",
+                                                          "#{client_control_mode} #{client_flags}"])
+        assert "pause-after=1" in state.stdout and "ignore-size" in state.stdout, state.stdout
+        tabs, _ = tmux.parse_tabs((await client.command(tmux.list_tabs_argv()))[0].lines[0] + "\n")
+        pane = tabs[0].pane_id
+        await client.command(["tmux", "refresh-client", "-A", f"{pane}:pause"])
+        await _until(lambda: asyncio.sleep(0, pane in client.paused))
+        assert pane in client.dirty
+        client.take_dirty()
+        await client.command(["tmux", "send-keys", "-t", pane, "-l", "--", "echo paused-output"])
+        await client.command(["tmux", "send-keys", "-t", pane, "Enter"])
+        await client.command(["tmux", "display-message", "-p", "x"])  # replies come after any %output before
+        assert pane not in client.dirty  # paused: tmux sends nothing for it
+        await client.resume_panes({pane})
+        assert pane not in client.paused
+        await client.command(["tmux", "send-keys", "-t", pane, "-l", "--", "echo flowing"])
+        await client.command(["tmux", "send-keys", "-t", pane, "Enter"])
+        await _until(lambda: asyncio.sleep(0, pane in client.dirty))  # continued: its output flows again
+    finally:
+        await client.aclose()
+
+
+async def test_an_attached_human_is_not_disturbed(aexec: AsyncExec, tmux_sockets: Any) -> None:
+    """A human attached with a real terminal (a client of the box's tmux running in another tmux's pane,
+    90x20): the control client leaves the window sizes, the window the human looks at and the human's
+    last-input time alone, and the human's typing is still told from the controller's commands."""
+    import os
+    import subprocess
+
+    from agentbox_sim.kube import _tmux_env
+
+    box_sock = tmux_sockets("default", "box")
+    term_sock = tmux_sockets("default", "human-terminal")
+    env = _tmux_env(os.environ)
+
+    def terminal(*argv: str) -> None:
+        subprocess.run(["tmux", "-S", str(term_sock), *argv], capture_output=True, env=env, timeout=10, check=True)
+    run = lambda *argv: aexec.run("default", "box", "box", list(argv))  # noqa: E731
+
+    async def human() -> dict[str, str]:
+        out = (await run("tmux", "list-clients", "-t", "=agentbox", "-F",
+                         "#{client_control_mode} #{window_id} #{client_width}x#{client_height} "
+                         "#{client_activity}")).stdout
+        rows = [line.split() for line in out.splitlines() if line.startswith("0 ")]
+        return {"window": rows[0][1], "size": rows[0][2], "activity": rows[0][3]} if rows else {}
+
+    async def sizes() -> list[str]:
+        return (await run("tmux", "list-windows", "-t", "=agentbox", "-F", "#{window_width}x#{window_height}")).stdout.split()
+
+    async def inputs() -> dict[str, Any]:
+        return tmux.parse_tabs((await run(*tmux.list_tabs_argv())).stdout)[1]
+
+    terminal("new-session", "-d", "-s", "t", "-x", "90", "-y", "20", f"tmux -S {box_sock} attach -t =agentbox")
+    try:
+        await _until(human, 10)
+        tabs, _ = tmux.parse_tabs((await run(*tmux.list_tabs_argv())).stdout)
+        await run("tmux", "select-window", "-t", tabs[1].id)  # the human looks at the second tab
+
+        async def settled() -> bool:
+            return (await human()).get("window") == tabs[1].id and (await sizes())[1] == "90x19"
+        await _until(settled, 10)  # the human's terminal sizes the window they look at
+        before, seen = await human(), await sizes()
+
+        client = ControlClient(await aexec.open("default", "box", "box", control.attach_argv()))
+        try:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            # commands for over two seconds (activity is kept in whole seconds): captures, listings, keys
+            while loop.time() - started < 2.2:
+                await client.command(tmux.capture_argv(tabs))
+                await client.command(tmux.list_tabs_argv())
+                await client.command(tmux.send_key_argv(tabs[0].pane_id, "Enter"))
+            assert await human() == before  # same window, same size, no input counted for the human
+            assert await sizes() == seen
+            assert tabs[0].id not in await inputs()  # the controller's keys are not a human's input
+            terminal("send-keys", "-t", "t:", "-l", "x")  # the human types
+
+            async def typed() -> bool:
+                return tabs[1].id in await inputs()
+            await _until(typed, 10)
+        finally:
+            await client.aclose()
+    finally:
+        subprocess.run(["tmux", "-S", str(term_sock), "kill-server"], capture_output=True, env=env, timeout=10)

@@ -179,6 +179,7 @@ class BoxWatcher:
         self.seen: dict[str, tuple[int, datetime]] = {}   # tab -> (screen hash, unchanged since)
         self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
+        self._stream_warned: str | None = None   # pod uid whose unusable stream was reported (one Event)
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
         self._structured_seen: tuple[int, datetime, Any] | None = None  # (screens hash, read at, result)
         self._body: dict[str, Any] = {}
@@ -1215,8 +1216,12 @@ class BoxWatcher:
                                       "The live tmux stream is attached", now, gen)
             else:
                 why = self.stream.unavailable or "the live tmux stream is down; reconnecting"
-                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, "Polling",
-                                      f"Polling the tabs: {why}", now, gen)
+                given_up = self.stream.failures >= self.stream.max_failures
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False,
+                                      C.R_STREAM_UNUSABLE if given_up else "Polling", f"Polling the tabs: {why}", now, gen)
+                if given_up and self._stream_warned != self._stream_pod:
+                    self._stream_warned = self._stream_pod
+                    self.post_event("Warning", C.R_STREAM_UNUSABLE, f"Polling the tabs: {why}")
         state = ("NeedsAttention" if attention or problem else "Reserved" if self.reserved
                  else "RateLimited" if limited or self.group_exhausted else "Running")
         status = {
