@@ -1057,7 +1057,12 @@ def _resume_due(p: _Pass, due: list[TabView]) -> None:
         p.count("RESUMES", "$ns", "$name", box.agent, "ok" if res.ok else "no_effect")
         rec = replace(p.records[tab.name], journal=None)
         if res.ok:
-            p.event("Normal", "Resumed", f"Tab {tab.name}: {res.how} after the usage limit reset")
+            # Said when the reset could not be confirmed (usage API down, refused, throttled): the tab was
+            # resumed on the screen's reset time, late rather than never.
+            unconfirmed = "" if read.usage is not None else (
+                " (the usage API could not be read; resumed on the screen's reset time; see the "
+                "Subscription's UsageFetched condition)")
+            p.event("Normal", "Resumed", f"Tab {tab.name}: {res.how} after the usage limit reset{unconfirmed}")
             p.records[tab.name] = replace(rec, message=f"Resumed: {res.how}")
         else:
             p.event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {res.how}")
