@@ -17,6 +17,7 @@ from controller.conditions import get_condition, set_condition
 from controller.domain import boxpolicy
 from controller.domain.podstate import box_container_view
 from controller.domain.podtemplate import container_problem, template_problem
+from controller.agents.registry import ADAPTERS, provider_of
 from controller.kube.objects import NotOwned, TemplateError, box_container, make_box_secret, make_pod, pod_name
 from controller.models import AgentBoxSpec, SubscriptionSpec
 from controller.runtime import Runtime
@@ -31,9 +32,11 @@ def box_policy(settings: Settings) -> boxpolicy.BoxPolicy:
         secret_names=tuple(settings.box_policy_secret_names), image_prefixes=tuple(settings.box_policy_image_prefixes))
 
 
-def credential_key(agent: str) -> str:
-    """Key of the box credentials Secret for an agent (the login file's own name)."""
-    return "auth.json" if agent == "codex" else "credentials.json"
+def credential_key(agent: str) -> str | None:
+    """Key of the box credentials Secret for an agent (the login file's own name; its adapter's
+    ``secret_key``), None for an agent the controller installs no login for."""
+    adapter = ADAPTERS.get(agent)
+    return adapter.secret_key if adapter else None
 
 
 def validation_message(exc: ValidationError, prefix: str = "spec") -> str:
@@ -121,7 +124,7 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
     if violations:
         return _fail(body, rt, C.R_POLICY_VIOLATION, boxpolicy.summary(violations), retry=None)
 
-    provider = C.SUPPORTED_SUBSCRIPTION_AGENTS.get(spec.agent)
+    provider = provider_of(spec.agent)
     uses_limits = spec.when_agent_stops.resume_after_reset or spec.when_agent_stops.rotation.enabled
     login_text: str | None = None
     if provider is None:
@@ -185,7 +188,7 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
     events: list[tuple[str, str, str]] = []
     try:
         if login_text is not None:
-            result = await rt.kube.ensure_secret(make_box_secret(body, credential_key(spec.agent), login_text))
+            result = await rt.kube.ensure_secret(make_box_secret(body, credential_key(spec.agent) or "credentials.json", login_text))
             if result == "created":
                 events.append(("Normal", "CreatedSecret", f"Created Secret {name}-credentials"))
             elif result == "updated":
