@@ -31,9 +31,10 @@ from controller.domain.rotation import Candidate, choose_next, first_to_reset, g
 from controller.domain.types import Detection, LimitKind, TabState, plausible_reset
 from controller.kube.exec import owned_exec
 from controller.kube.objects import NotOwned, box_container, make_box_secret, owned_by, pod_name
-from controller.models import AgentBoxSpec, SubscriptionSpec
+from controller.models import AgentBoxSpec
 from controller.redact import STATUS_MESSAGE_MAX, bounded
 from controller.service import boxfiles
+from controller.service.loginload import load_login_of
 from controller.runtime import Runtime
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
 from controller.terminal.stream import BoxStream, StreamTerminal
@@ -451,25 +452,12 @@ class BoxWatcher:
         return True
 
     async def _login_text(self, subscription: str) -> tuple[str, str, Any] | None:
-        """(provider, login file text, parsed Login) of a subscription; None when unusable."""
-        sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, subscription)
-        if not sub:
+        """(provider, login file text, parsed Login) of a subscription; None when unusable
+        (:func:`controller.service.loginload.load_login_of`)."""
+        loaded = await load_login_of(self.rt.kube, self.namespace, subscription)
+        if not loaded.usable:
             return None
-        try:
-            sub_spec = SubscriptionSpec.model_validate(sub.get("spec") or {})
-        except ValidationError:
-            return None
-        ref = sub_spec.credentials_secret_ref
-        _, text = await self.rt.kube.get_secret_value(self.namespace, ref.name, ref.key)
-        if text is None:
-            return None
-        from controller.providers.credentials import InvalidLogin, parse_login
-
-        try:
-            login = parse_login(sub_spec.provider, text)
-        except InvalidLogin:
-            return None
-        return sub_spec.provider, text, login
+        return loaded.provider, loaded.text, loaded.login
 
     async def _install_login(self, term: BoxTerminal, spec: AgentBoxSpec, body: dict[str, Any], text: str) -> None:
         """Write a login into the box credentials Secret and the agent's live login file."""
