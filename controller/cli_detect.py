@@ -20,7 +20,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from controller.agents.registry import PROFILES, UnknownAgent, detect
-from controller.domain.signals import merge, redact
+from controller.domain.signals import merge
+from controller.redact import redact
 from controller.domain.types import Usage
 from controller.domain.detection import InvalidPattern, compile_user_pattern
 
