@@ -29,7 +29,7 @@ from controller.domain.resume import (
 from controller.domain.signals import last_lines, merge
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
 from controller.domain.types import Detection, LimitKind, TabState, plausible_reset
-from controller.kube.exec import owned_exec
+from controller.kube.exec import owned_exec, owned_exec_open
 from controller.kube.objects import NotOwned, box_container, make_box_secret, owned_by, pod_name
 from controller.models import AgentBoxSpec
 from controller.redact import STATUS_MESSAGE_MAX, bounded
@@ -348,22 +348,8 @@ class BoxWatcher:
         return StreamTerminal(exec_fn, self.stream, s.send_pause_s)
 
     def _open_fn(self, pod: dict[str, Any], container: str):
-        """Open a long-lived exec in the box's own pod (ownership proven first, as `owned_exec`)."""
-        from controller.kube.objects import require_owned
-
-        require_owned(pod, self._uid, "Pod", self.name)
-        meta = pod.get("metadata") or {}
-        namespace, name, open_ = meta.get("namespace"), meta.get("name"), self.rt.exec_open
-
-        async def run(argv: list[str]) -> Any:
-            try:
-                stream = await open_(namespace, name, container, argv)
-            except Exception:
-                metrics.EXEC_CALLS.labels("error").inc()
-                raise
-            metrics.EXEC_CALLS.labels("stream").inc()
-            return stream
-        return run
+        """Open a long-lived exec in the box's own pod (`owned_exec_open`: ownership proven, counted)."""
+        return owned_exec_open(self.rt.exec_open, pod, self._uid, self.name, container)
 
     # ------------------------------------------------------------------ structured signals (level 1)
     async def _structured(self, term: BoxTerminal, spec: AgentBoxSpec, dets: dict[str, Detection],
@@ -672,18 +658,8 @@ class BoxWatcher:
                                             {"conditions": new, "state": "Error"})
 
     def _exec_fn(self, pod: dict[str, Any], container: str):
-        """Exec into the box's own pod (ownership proven by `owned_exec`), counted in metrics."""
-        bound = owned_exec(self.rt.exec, pod, self._uid, self.name, container)
-
-        async def run(argv: list[str], stdin: str | None = None):
-            try:
-                result = await (bound(argv, stdin=stdin) if stdin is not None else bound(argv))
-            except Exception:
-                metrics.EXEC_CALLS.labels("error").inc()
-                raise
-            metrics.EXEC_CALLS.labels("ok" if result.rc == 0 else "nonzero").inc()
-            return result
-        return run
+        """Exec into the box's own pod (`owned_exec`: ownership proven, counted in metrics)."""
+        return owned_exec(self.rt.exec, pod, self._uid, self.name, container)
 
     def _ignore(self, source: str, reason: str, messages: list[str]) -> None:
         """Record the invalid inputs of one source (patterns, annotations, box files) for the
