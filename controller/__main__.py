@@ -69,8 +69,11 @@ def _run_elected(ns: argparse.Namespace, operate: Callable[[], None]) -> int:
     from controller.kube.election import ElectionTimings, run_elected
     from controller.kube.cluster import load_default_config
 
+    from controller.handlers.entry import warm_up
+
     timings = ElectionTimings(ns.lease_duration, ns.renew_deadline, ns.retry_period)
     load_default_config()
+    warm_up()  # a standby pays the operator's imports before it leads, not during a failover
     return run_elected(ns.leader_elect, ns.lease_namespace, timings, operate, liveness=ns.liveness)
 
 

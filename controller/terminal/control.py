@@ -278,6 +278,8 @@ class ControlClient:
             while (item := await self.stream.read()) is not None:
                 if item[0] == 1:
                     self._feed(item[1])
+                elif not self._account(len(item[1])):  # stderr is dropped, but counts towards the bound
+                    self._violation("flood")
                 if self.exit_reason is not None:
                     reason = self.exit_reason
                     break
@@ -301,16 +303,19 @@ class ControlClient:
             if not p.future.done():
                 p.future.set_exception(ControlError("control stream out of step", reason))
 
-    def _feed(self, data: bytes) -> None:
-        """Split ``data`` into lines (linear in its size: no copy of the rest per line)."""
-        self.received += len(data)
+    def _account(self, size: int) -> bool:
+        """Count ``size`` bytes read; False when the window's total is over ``max_rate``."""
+        self.received += size
         now = time.monotonic()
         since, count = self._window
         if now - since > self.rate_window_s:
             since, count = now, 0
-        count += len(data)
-        self._window = (since, count)
-        if count > self.max_rate:
+        self._window = (since, count + size)
+        return count + size <= self.max_rate
+
+    def _feed(self, data: bytes) -> None:
+        """Split ``data`` into lines (linear in its size: no copy of the rest per line)."""
+        if not self._account(len(data)):
             self._violation("flood")
             return
         lines = data.split(b"\n")  # one C-level pass; the last item is the unfinished line

@@ -57,6 +57,8 @@ class BoxStream:
             over ``max_rate`` bytes in 10 s, commands unanswered, a list of tabs never answered: not tmux)
             after which streaming is given up for this pod and the caller polls.
         max_tabs: most panes followed (a longer tab list is cut; the watcher's own list is unaffected).
+        min_wake_s: least seconds between two ``on_change`` calls (later changes are gathered into one
+            call at the end of that time).
     Attributes:
         unavailable: why control mode cannot be used (``"no tmux"``, ``"tmux 3.1 is older than 3.2"``,
             ``"the tmux control stream failed 5 times in a row (forged or out-of-step replies)"``), else
@@ -71,7 +73,7 @@ class BoxStream:
                  on_change: Callable[[], None] = lambda: None, debounce_s: float = 0.2,
                  backoff_s: tuple[float, float] = (1.0, 60.0), command_timeout_s: float = 10.0,
                  max_output: int = 1024 * 1024, keepalive_s: float = 30.0, max_failures: int = 5,
-                 max_rate: int = 8 * 1024 * 1024, max_tabs: int = 1000) -> None:
+                 max_rate: int = 8 * 1024 * 1024, max_tabs: int = 1000, min_wake_s: float = 1.0) -> None:
         self.open_fn = open_fn
         self.exec_fn = exec_fn
         self.classify = classify
@@ -84,6 +86,10 @@ class BoxStream:
         self.max_failures = max_failures
         self.max_rate = max_rate
         self.max_tabs = max_tabs
+        self.min_wake_s = min_wake_s
+        self._last_wake = float("-inf")
+        self._deferred: asyncio.TimerHandle | None = None
+        self._tabs_key: tuple[tuple[str, str, str], ...] | None = None
         self.failures = 0
         self.last_failure: str | None = None
         self.unavailable: str | None = None
@@ -106,6 +112,9 @@ class BoxStream:
 
     async def aclose(self) -> None:
         """Stop following and detach."""
+        if self._deferred is not None:
+            self._deferred.cancel()
+            self._deferred = None
         if self._task is not None:
             self._task.cancel()
             try:
@@ -172,7 +181,7 @@ class BoxStream:
                     log.warning("tmux stream given up: %s", self.unavailable)
                     self.on_change()
                     return
-                self.on_change()  # down: the watcher polls meanwhile
+                self._wake()  # down: the watcher polls meanwhile
                 if time.monotonic() - started > 60:
                     delay = self.backoff_s[0]
             await asyncio.sleep(delay * (0.5 + random.random()))
@@ -204,8 +213,12 @@ class BoxStream:
                 result = await self.command(tmux.list_tabs_argv())
                 if result.rc != 0:  # the session is gone
                     raise ControlError("session not found", "closed")
-                tabs = tmux.parse_tabs(result.stdout)[0]
-                panes = {t.pane_id for t in tabs[:self.max_tabs]}
+                tabs = tmux.parse_tabs(result.stdout)[0][:self.max_tabs]
+                tabs_key = tuple((t.id, t.name, t.pane_id) for t in tabs)
+                if tabs_key == self._tabs_key:
+                    tabs_changed = False  # a layout change, a rename back and forth: nothing to tell
+                self._tabs_key = tabs_key
+                panes = {t.pane_id for t in tabs}
                 client.known = frozenset(panes)
                 client.paused &= panes
                 for gone in set(self.screens) - panes:
@@ -223,7 +236,7 @@ class BoxStream:
                     if exc.reason != "output_too_large":
                         raise
                     self.screens.pop(pane, None)  # not cached: the watcher's own capture reports it
-                    self.on_change()
+                    self._wake()
                     continue
                 if not reply[0].ok:
                     continue
@@ -234,7 +247,23 @@ class BoxStream:
                     notify = True
                 self.keys[pane] = key
             if notify:
+                self._wake()
+
+    def _wake(self) -> None:
+        """Call ``on_change`` now, or once ``min_wake_s`` after the last call (a box whose screens or tabs
+        change all the time wakes its watcher, whose pass costs API requests, at most once a
+        ``min_wake_s``; polling passes every ``scan_interval_s``)."""
+        now = time.monotonic()
+        wait = self._last_wake + self.min_wake_s - now
+        if wait <= 0:
+            self._last_wake = now
+            self.on_change()
+        elif self._deferred is None:
+            def later() -> None:
+                self._deferred = None
+                self._last_wake = time.monotonic()
                 self.on_change()
+            self._deferred = asyncio.get_running_loop().call_later(wait, later)
 
     async def command(self, argv: list[str]) -> _Result:
         """Run a ``tmux`` argv over the stream: stdout the output lines of every command, rc 0 when all
