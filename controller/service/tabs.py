@@ -850,7 +850,12 @@ class BoxWatcher:
             metrics.RESUMES.labels(self.namespace, self.name, spec.agent, "ok" if ok else "no_effect").inc()
             nxt = out[tab.name]
             if ok:
-                self.post_event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset")
+                # Said when the reset could not be confirmed (usage API down, refused, throttled): the tab was
+                # resumed on the screen's reset time, late rather than never.
+                unconfirmed = "" if usage is not None else (
+                    " (the usage API could not be read; resumed on the screen's reset time; see the "
+                    "Subscription's UsageFetched condition)")
+                self.post_event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset{unconfirmed}")
                 out[tab.name] = replace(nxt, record=replace(nxt.record, message=f"Resumed: {how}"))
             else:
                 self.post_event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
