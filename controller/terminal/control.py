@@ -77,11 +77,13 @@ class ControlError(RuntimeError):
     """A control-mode command could not be answered; ``reason``: ``"closed"`` (the stream ended),
     ``"timeout"``, ``"output_too_large"``, ``"protocol"`` (the stream broke the protocol: forged or
     out-of-step blocks), ``"flood"`` (more bytes than the rate bound) or ``"unquotable"`` (an argument
-    tmux's parser cannot carry)."""
+    tmux's parser cannot carry). ``sent``: the command was written to the stream (tmux may have run it; its
+    reply never came), so running it again elsewhere could run it twice."""
 
-    def __init__(self, message: str, reason: str) -> None:
+    def __init__(self, message: str, reason: str, sent: bool = False) -> None:
         super().__init__(message)
         self.reason = reason
+        self.sent = sent
 
 
 @dataclass
@@ -216,14 +218,17 @@ class ControlClient:
                 await self.stream.write(("\n".join(lines) + "\n").encode())
             except Exception:
                 self._fail_all("closed")
-                raise ControlError("control stream closed", "closed") from None
+                # a failed write may still have delivered part of it: counted as sent
+                raise ControlError("control stream closed", "closed", sent=True) from None
         try:
             async with asyncio.timeout(timeout):
                 return list(await asyncio.gather(*(p.future for p in pending)))[:-1]
         except TimeoutError:
             # the replies may still come: an out-of-step stream cannot be trusted any more
             await self.aclose("timeout")
-            raise ControlError("control command timed out", "timeout") from None
+            raise ControlError("control command timed out", "timeout", sent=True) from None
+        except ControlError as exc:  # the stream ended while waiting: tmux may have run the command
+            raise ControlError(str(exc), exc.reason, sent=True) from None
 
     def take_dirty(self) -> tuple[set[str], bool]:
         """Return and clear (changed panes, tab list changed)."""

@@ -97,6 +97,7 @@ class BoxStream:
         self.screens: dict[str, str] = {}
         self.keys: dict[str, Hashable] = {}
         self.opened = 0
+        self.capturing: set[str] = set()
         self._checked = False
         self._task: asyncio.Task[None] | None = None
 
@@ -104,6 +105,13 @@ class BoxStream:
     def connected(self) -> bool:
         """The control client is attached now."""
         return self.client is not None and not self.client.closed.is_set()
+
+    def fresh(self, pane: str) -> bool:
+        """The cached screen of `pane` is current: tmux reported no output since it was captured (a pane with
+        output not captured yet is read live, so a pass right after our keys never sees the screen before them)."""
+        client = self.client
+        return (pane in self.screens and pane not in self.capturing
+                and (client is None or pane not in client.dirty))
 
     def start(self) -> None:
         """Start the connect-and-follow loop (idempotent)."""
@@ -209,6 +217,7 @@ class BoxStream:
                 await client.pause_panes(set(client.dirty))
             await asyncio.sleep(self.debounce_s)
             dirty, tabs_changed = client.take_dirty()
+            self.capturing = set(dirty)  # their cached screens are older than their output: not served
             if tabs_changed or first:
                 result = await self.command(tmux.list_tabs_argv())
                 if result.rc != 0:  # the session is gone
@@ -246,6 +255,7 @@ class BoxStream:
                 if self.keys.get(pane, None) != key or pane not in self.keys:
                     notify = True
                 self.keys[pane] = key
+            self.capturing = set()
             if notify:
                 self._wake()
 
@@ -279,6 +289,16 @@ class BoxStream:
         return _Result(out, err, 0 if all(r.ok for r in replies) else 1)
 
 
+_READ_ONLY = frozenset({"capture-pane", "list-windows", "list-panes", "list-sessions", "list-clients",
+                        "display-message", "has-session", "show-options", "show-window-options"})
+
+
+def _read_only(argv: list[str]) -> bool:
+    """True when every command of a ``tmux`` argv (split on ``";"``) only reads (safe to run twice)."""
+    heads = [w for i, w in enumerate(argv) if i == 1 or (i > 1 and argv[i - 1] == ";")]
+    return bool(heads) and all(h in _READ_ONLY for h in heads)
+
+
 class StreamTerminal(BoxTerminal):
     """A :class:`BoxTerminal` whose tmux commands go over the box's :class:`BoxStream` while it is up.
 
@@ -296,7 +316,12 @@ class StreamTerminal(BoxTerminal):
         if argv and argv[0] == "tmux" and self.stream.connected:
             try:
                 result: ExecResultLike = await self.stream.command(argv)
-            except ControlError:
+            except ControlError as exc:
+                if exc.sent and not _read_only(argv):
+                    # tmux may have run it (the stream broke before the reply): sending the keys again over
+                    # the exec could type them twice. The pass fails; the tab's journal (written ahead) is
+                    # completed from the screen on the next pass.
+                    raise
                 result = await self._exec(argv)
             if check and result.rc != 0:
                 from controller.terminal.session import TmuxCommandFailed
@@ -308,7 +333,7 @@ class StreamTerminal(BoxTerminal):
         """Screens of every tab: cached for panes the live stream follows, captured for the others."""
         if not self.stream.connected:
             return await super().capture_all(tabs)
-        cached = {t.id: self.stream.screens[t.pane_id] for t in tabs if t.pane_id in self.stream.screens}
+        cached = {t.id: self.stream.screens[t.pane_id] for t in tabs if self.stream.fresh(t.pane_id)}
         missing = [t for t in tabs if t.id not in cached]
         if missing:
             cached.update(await super().capture_all(missing))
