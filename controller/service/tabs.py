@@ -180,7 +180,7 @@ class BoxWatcher:
         self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
-        self._structured_seen: tuple[int, datetime, Any] | None = None  # (screens hash, read at, result)
+        self._structured_seen: tuple[int, datetime, Any] | None = None  # (tab states hash, read at, result)
         self._body: dict[str, Any] = {}
         self._spec: AgentBoxSpec | None = None
         self._status_lock = asyncio.Lock()   # status snapshots reach the API server in the order taken
@@ -367,16 +367,19 @@ class BoxWatcher:
                           now: datetime, screens: dict[str, str] | None = None) -> dict[str, Detection]:
         """Merge the agent's own machine-readable usage (Claude Code statusline input, Codex rollout
         `token_count` events) into the screen detections. Read only when a tab is not visibly busy; on the
-        live stream, only when a screen changed since the last read (the agents write these files as they
-        draw), else the last read is reused."""
+        live stream, only when a tab stopped (the tabs' detected states changed since the last read: the
+        agents write these files when a turn ends) or the last read is `stream_rescan_s` old, else the
+        last read is reused."""
         if not any(d.state in (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN) for d in dets.values()):
             return dets
         from controller.service.boxfiles import read_structured
 
-        digest = hash(tuple(sorted((screens or {}).items())))
+        digest = hash(tuple(sorted((name, d.state, d.kind, limit_key(d) if d.state == TabState.RATE_LIMITED
+                                    else None) for name, d in dets.items())))
         seen = self._structured_seen
         reuse = (isinstance(term, StreamTerminal) and term.stream.connected and seen is not None
-                 and seen[0] == digest)
+                 and seen[0] == digest
+                 and (now - seen[1]).total_seconds() < self.rt.settings.stream_rescan_s)
         problems: list[str] = []
         try:
             if reuse:
@@ -1206,12 +1209,18 @@ class BoxWatcher:
             conds = set_condition(conds, C.COND_RESERVED, False, "BelowReserve", "The subscription's reserve is not reached", now, gen)
         if self.stream is not None:
             if self.stream.connected:
-                conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, "Streaming",
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, C.R_STREAMING,
                                       "The live tmux stream is attached", now, gen)
+            elif self.stream.unavailable:
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_NO_CONTROL_MODE,
+                                      f"Polling the tabs: {self.stream.unavailable}", now, gen)
             else:
-                why = self.stream.unavailable or "the live tmux stream is down; reconnecting"
-                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, "Polling",
-                                      f"Polling the tabs: {why}", now, gen)
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_RECONNECTING,
+                                      "Polling the tabs: the live tmux stream is down; reconnecting with backoff",
+                                      now, gen)
+        elif not self.rt.settings.tmux_stream:
+            conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_DISABLED,
+                                  "Polling the tabs: settings.tmuxStream is off", now, gen)
         state = ("NeedsAttention" if attention or problem else "Reserved" if self.reserved
                  else "RateLimited" if limited or self.group_exhausted else "Running")
         status = {
