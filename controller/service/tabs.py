@@ -185,6 +185,7 @@ class BoxWatcher:
         self._spec: AgentBoxSpec | None = None
         self._status_lock = asyncio.Lock()   # status snapshots reach the API server in the order taken
         self._out_of_date: str | None = None
+        self._replacing: tuple[str, str] | None = None  # (Ready reason, message) of the pod being replaced
         self._pending_switch: dict[str, Any] | None = None  # status.switch found at start: completed first  # PodOutOfDate message while the pod predates spec.template
 
     async def aclose(self) -> None:
@@ -298,6 +299,9 @@ class BoxWatcher:
             stalled = stall_plan(plan.record, det, self.seen[tab.name][1], now, s.stall_s, last_lines(screen))
             if stalled is not None:
                 plan = stalled
+            elif det.state in (TabState.WORKING, TabState.UNKNOWN):
+                # On the live stream an unchanged screen wakes nothing: the stall instant is a deadline.
+                wake.append(self.seen[tab.name][1] + timedelta(seconds=s.stall_s))
             plan = self._apply_annotations(plan, det, annotations, now)
             plans[tab.name] = await self._act(term, tab, spec, det, plan, body, tz, patterns)
             self.records[tab.name] = plans[tab.name].record
@@ -313,7 +317,10 @@ class BoxWatcher:
         await self._write_status(body, spec, tabs, self.sub_problem)
 
         live = self.stream is not None and self.stream.connected
-        return next_pass_in(wake, self.rt.clock(), s.stream_rescan_s if live else s.scan_interval_s)
+        rescan = s.stream_rescan_s if live else s.scan_interval_s
+        if self._out_of_date:  # a pod update waits for idle tabs, judged from this pass's records by the next
+            rescan = min(rescan, s.scan_interval_s)
+        return next_pass_in(wake, self.rt.clock(), rescan)
 
     # ------------------------------------------------------------------ the live tmux stream
     def _terminal(self, pod: dict[str, Any], container: str, agent: str, tz: str, patterns: list[Any]) -> BoxTerminal:
@@ -575,10 +582,11 @@ class BoxWatcher:
         """The first limit line a tab shows after a switch, before it was seen working again, was
         printed on the old subscription (the capture of the switch's pass missed it): it is answered
         by that switch, not counted as the new subscription's limit (no flip-flop to a third one).
-        A tab seen working or idle since the switch has run on the new login: its later limits count."""
+        A tab seen working since the switch has run on the new login: its later limits count. An idle
+        screen proves nothing (the live stream sees an agent's screen half painted, before its limit line)."""
         for name in list(self.pre_switch):
             det = dets.get(name)
-            if det is None or det.state in (TabState.WORKING, TabState.IDLE):
+            if det is None or det.state == TabState.WORKING:
                 self.pre_switch.discard(name)
             elif det.state == TabState.RATE_LIMITED and det.kind in (LimitKind.USAGE, LimitKind.CREDITS):
                 self.pre_switch.discard(name)
@@ -1119,6 +1127,7 @@ class BoxWatcher:
             if await self.rt.kube.delete_pod(self.namespace, name, uid):
                 self.post_event("Warning" if decision.reason == C.R_POD_FAILED else "Normal",
                                 "ReplacingPod" if decision.reason == C.R_POD_FAILED else "RecreatingPod", message)
+                self._replacing = (decision.reason, message.removesuffix("; replacing it"))
         elif decision.action == "create":
             from controller.service.boxes import reconcile_box
 
@@ -1126,7 +1135,13 @@ class BoxWatcher:
             for type_, reason, text in outcome.events:
                 self.post_event(type_, reason, text)
             if any(reason == "CreatedPod" for _, reason, _ in outcome.events):
-                message = f"Pod {name} was missing; created a new one"
+                # The pass that deleted an ended pod may be followed at once by this one (the deletion
+                # wakes the box): Ready keeps saying why the pod is being replaced.
+                why = self._replacing
+                message = f"{why[1]}; created a new one" if why else f"Pod {name} was missing; created a new one"
+                if why:
+                    decision = replace(decision, reason=why[0])
+                self._replacing = None
             elif outcome.retry_after:
                 message = outcome.events[-1][2] if outcome.events else message
         gen = meta.get("generation")
