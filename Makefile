@@ -44,9 +44,11 @@ agents-latest: venv
 capture-screens: agents
 	$(PY) -m agentbox_sim.capture --out tests/fixtures/real-screens
 
-# Layers that are checked: the import-linter contracts in pyproject.toml ([tool.importlinter]).
+# Layers that are checked: the import-linter contracts in pyproject.toml ([tool.importlinter]) and mypy
+# (strict) on the domain and the agent and provider adapters ([tool.mypy]).
 lint: venv
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 
 test: venv agents lint
 	mkdir -p tmp

@@ -17,52 +17,13 @@ EXIT_USAGE = 2
 EXIT_NO_CLUSTER = 3
 
 
-def _check_cluster(timeout_s: float = 10.0) -> str | None:
-    """None when a Kubernetes API server answers (in-cluster service account, else $KUBECONFIG or
-    ~/.kube/config with its current context), else one line saying why. Checked once before kopf
-    starts: kopf itself would log a traceback every minute and never exit."""
-    import os
-
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=cfg)
-    except config.ConfigException:
-        try:
-            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=cfg)
-        except (config.ConfigException, OSError, TypeError) as exc:
-            where = os.environ.get("KUBECONFIG") or "~/.kube/config"
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return f"no cluster: not in a pod and no usable kubeconfig ({where}): {first}"
-    try:
-        with client.ApiClient(cfg) as api:
-            client.VersionApi(api).get_code(_request_timeout=timeout_s)
-    except Exception as exc:  # noqa: BLE001 -- any failure means "no cluster"; its type is the message
-        status = getattr(exc, "status", None)
-        why = f"HTTP {status}" if status else type(exc).__name__
-        # The host only: a kubeconfig server URL carries no credentials, but keep the message to one line.
-        return f"no cluster: the API server at {cfg.host} does not answer ({why})"
-    return None
-
-
-def _configure_logging(log_format: str) -> None:
-    """`plain`: timestamped text lines; `json`: one JSON object per line (kopf's JSON formatter, which
-    adds the object's namespace and name to per-object records)."""
-    import kopf
-
-    kopf.configure(log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL,
-                   log_refkey="object" if log_format == "json" else None)
-    from controller.redact import install_log_redaction
-
-    install_log_redaction()  # every log line is masked and bounded, whoever writes it (kopf, clients, ours)
-
-
 def _run(ns: argparse.Namespace) -> int:
-    import kopf
+    import functools
+
     from pydantic import ValidationError
 
-    from controller.handlers import REGISTRY
+    from controller.handlers.entry import configure_logging, operate
+    from controller.kube.cluster import check_cluster, ensure_peering
     from controller.settings import Settings, describe_error
 
     try:
@@ -75,82 +36,45 @@ def _run(ns: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     if ns.leader_elect:
-        from controller.election import ElectionTimings
+        from controller.kube.election import ElectionTimings
 
         bad = ElectionTimings(ns.lease_duration, ns.renew_deadline, ns.retry_period).problem()
         if bad:
             print(f"run: {bad}", file=sys.stderr)
             return EXIT_USAGE
-    problem = _check_cluster()
+    problem = check_cluster()
     if problem:
         print(f"run: {problem}", file=sys.stderr)
         return EXIT_NO_CLUSTER
-    _configure_logging(ns.log_format)
-    memo = kopf.Memo(settings=settings)
+    configure_logging(ns.log_format)
     namespaces = ns.namespace or []
+    run = functools.partial(operate, settings, namespaces, ns.liveness or None)
     if ns.leader_elect:
-        return _run_elected(ns, lambda: kopf.run(registry=REGISTRY, standalone=True, clusterwide=not namespaces,
-                                                 namespaces=namespaces, liveness_endpoint=ns.liveness or None,
-                                                 memo=memo))
+        return _run_elected(ns, run)
     if not ns.peering:
-        kopf.run(registry=REGISTRY, standalone=True, clusterwide=not namespaces, namespaces=namespaces,
-                 liveness_endpoint=ns.liveness or None, memo=memo)
+        run()
         return 0
     # Peering (replicas > 1): every replica runs; the highest priority acts, the others stand by. Equal
     # priorities would pause all of them, so each process draws its own unless one is given.
     import random
 
-    _ensure_peering(ns.peering, namespaces)
-    priority = ns.priority if ns.priority is not None else random.SystemRandom().randint(1, 2**31 - 1)
-    kopf.run(registry=REGISTRY, standalone=False, peering_name=ns.peering, priority=priority, clusterwide=not namespaces,
-             namespaces=namespaces, liveness_endpoint=ns.liveness or None, memo=memo)
+    ensure_peering(ns.peering, namespaces)
+    run(peering=ns.peering, priority=ns.priority if ns.priority is not None else random.SystemRandom().randint(1, 2**31 - 1))
     return 0
 
 
 def _run_elected(ns: argparse.Namespace, operate: Callable[[], None]) -> int:
     """Run `operate` (the operator) only while this process holds the coordination.k8s.io Lease
-    `ns.leader_elect` in `ns.lease_namespace` (controller/election.py: timings, guards, failover bound)."""
-    import os
+    `ns.leader_elect` in `ns.lease_namespace` (controller/kube/election.py: timings, guards, failover bound)."""
+    from controller.kube.election import ElectionTimings, run_elected
+    from controller.kube.cluster import load_default_config
 
-    from kubernetes import config
-
-    from controller.election import ElectionTimings, run_elected
+    from controller.handlers.entry import warm_up
 
     timings = ElectionTimings(ns.lease_duration, ns.renew_deadline, ns.retry_period)
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
+    load_default_config()
+    warm_up()  # a standby pays the operator's imports before it leads, not during a failover
     return run_elected(ns.leader_elect, ns.lease_namespace, timings, operate, liveness=ns.liveness)
-
-
-def _ensure_peering(name: str, namespaces: list[str]) -> None:
-    """Create kopf's peering object (ClusterKopfPeering, or a KopfPeering per watched namespace) if
-    missing: kopf needs it to exist and never creates it. Its CRDs come with the Helm chart."""
-    import os
-
-    from kubernetes import client, config
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-    api = client.CustomObjectsApi()
-    if not namespaces:
-        body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
-        calls = [lambda: api.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", body)]
-    else:
-        calls = [lambda n=n: api.create_namespaced_custom_object(
-            "kopf.dev", "v1", n, "kopfpeerings",
-            {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": name, "namespace": n}})
-            for n in namespaces]
-    for create in calls:
-        try:
-            create()
-        except ApiException as exc:
-            if exc.status != 409:  # 409: it exists already
-                raise
 
 
 def _crds(ns: argparse.Namespace) -> int:

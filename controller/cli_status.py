@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -25,6 +24,7 @@ from controller.statusview import build_view, render_table
 EXIT_OK = 0
 EXIT_NO_CLUSTER = 3
 EXIT_NO_ACCESS = 4
+_EXIT_OF = {"unreachable": EXIT_NO_CLUSTER, "forbidden": EXIT_NO_ACCESS}  # controller.kube.cluster.ClusterError.kind
 
 
 def add_status_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -60,73 +60,33 @@ class StatusError(Exception):
 
 
 def connect(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
-    """(kubernetes ApiClient, the context's namespace or `default`) by kubectl's rules.
+    """(kubernetes ApiClient, the context's namespace or `default`) by kubectl's rules
+    (:func:`controller.kube.cluster.connect`).
 
     Raises:
         StatusError: no usable kubeconfig and not in a pod.
     """
-    from kubernetes import client, config
+    from controller.kube.cluster import ClusterError, connect as kube_connect
 
-    cfg = client.Configuration()
-    namespace = "default"
-    path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    has_file = any(os.path.exists(p) for p in path.split(os.pathsep) if p)
-    if has_file or kubeconfig or context:
-        try:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-            _, active = config.list_kube_config_contexts(config_file=kubeconfig)
-            if context:
-                contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
-                active = next((c for c in contexts if c.get("name") == context), active)
-            namespace = ((active or {}).get("context") or {}).get("namespace") or "default"
-        except (config.ConfigException, OSError, TypeError, ValueError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise StatusError(f"no cluster: kubeconfig {path}: {first}", EXIT_NO_CLUSTER) from None
-    else:
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except config.ConfigException:
-            raise StatusError(f"no cluster: no kubeconfig ({path}) and not in a pod", EXIT_NO_CLUSTER) from None
-        try:
-            with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace", encoding="utf-8") as fh:
-                namespace = fh.read().strip() or "default"
-        except OSError:
-            pass
-    return client.ApiClient(cfg), namespace
+    try:
+        return kube_connect(kubeconfig, context)
+    except ClusterError as exc:
+        raise StatusError(str(exc), _EXIT_OF[exc.kind]) from None
 
 
 def fetch(api: Any, namespace: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(AgentBox objects, Subscription objects) in `namespace`, or in all namespaces when None.
+    """(AgentBox objects, Subscription objects) in `namespace`, or in all namespaces when None
+    (:func:`controller.kube.cluster.list_ours`).
 
     Raises:
         StatusError: the API server does not answer, the CRDs are missing (404) or listing is forbidden.
     """
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
+    from controller.kube.cluster import ClusterError, list_ours
 
-    objs = client.CustomObjectsApi(api)
-    out = []
-    for plural in (C.AGENTBOX_PLURAL, C.SUBSCRIPTION_PLURAL):
-        try:
-            if namespace is None:
-                items = objs.list_cluster_custom_object(C.GROUP, C.VERSION, plural, _request_timeout=15)
-            else:
-                items = objs.list_namespaced_custom_object(C.GROUP, C.VERSION, namespace, plural, _request_timeout=15)
-        except ApiException as exc:
-            if exc.status == 404:
-                raise StatusError(f"{plural}.{C.GROUP} not found: are the agentbox-controller CRDs installed?",
-                                  EXIT_NO_ACCESS) from None
-            if exc.status in (401, 403):
-                where = "in all namespaces" if namespace is None else f"in namespace {namespace}"
-                raise StatusError(f"not allowed to list {plural}.{C.GROUP} {where} (HTTP {exc.status})",
-                                  EXIT_NO_ACCESS) from None
-            raise StatusError(f"listing {plural} failed (HTTP {exc.status})", EXIT_NO_CLUSTER) from None
-        except Exception as exc:  # noqa: BLE001 -- connection errors of urllib3: the class is the message
-            host = getattr(api.configuration, "host", "?")
-            raise StatusError(f"no cluster: the API server at {host} does not answer ({type(exc).__name__})",
-                              EXIT_NO_CLUSTER) from None
-        out.append(list(items.get("items") or []))
-    return out[0], out[1]
+    try:
+        return list_ours(api, namespace)
+    except ClusterError as exc:
+        raise StatusError(str(exc), _EXIT_OF[exc.kind]) from None
 
 
 def render(boxes: list[dict[str, Any]], subs: list[dict[str, Any]], now: datetime, output: str,

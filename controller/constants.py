@@ -84,6 +84,7 @@ R_ALL_CLEAR = "AllClear"
 R_USAGE_READ = "UsageRead"
 R_UPSTREAM_UNAVAILABLE = "UpstreamUnavailable"
 R_UNAUTHORIZED = "Unauthorized"
+R_STREAM_UNUSABLE = "StreamUnusable"  # TerminalStream False: the box's tmux stream broke the protocol or its bounds again and again; polling
 R_BOX_OUTPUT_TOO_LARGE = "BoxOutputTooLarge"  # NeedsAttention True: a capture printed more than exec_max_output_bytes
 R_INVALID_PATTERN = "InvalidPattern"        # InputIgnored True: a spec.detection.patterns[] regex does not compile
 R_INVALID_ANNOTATION = "InvalidAnnotation"  # InputIgnored True: agentbox.dev/resume-at is not an instant within 31 days

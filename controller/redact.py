@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 MASK = "[redacted]"
@@ -77,6 +78,13 @@ _PATTERNS: tuple[tuple[re.Pattern[str], Any], ...] = (
 )
 
 
+def _keep_groups(count: int) -> Callable[[re.Match[str]], str]:
+    """A replacement keeping the first ``count`` groups of a match, then :data:`MASK`."""
+    def sub(match: re.Match[str]) -> str:
+        return "".join(match.group(i) or "" for i in range(1, count + 1)) + MASK
+    return sub
+
+
 def redact(text: str) -> str:
     """`text` with everything that looks like a credential replaced by `[redacted]`.
 
@@ -91,7 +99,7 @@ def redact(text: str) -> str:
         if callable(keep):
             text = pattern.sub(keep, text)
         elif keep:
-            text = pattern.sub(lambda m, k=keep: "".join(m.group(i) or "" for i in range(1, k + 1)) + MASK, text)
+            text = pattern.sub(_keep_groups(keep), text)
         else:
             text = pattern.sub(MASK, text)
     return text

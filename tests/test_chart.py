@@ -212,7 +212,7 @@ def test_deployment_args_follow_the_mode():
 def test_leader_election_values_reach_the_args_and_are_usable():
     """The chart's timings are what the controller runs with, they pass the controller's own check, and
     their failover bound is the documented 15 s at most."""
-    from controller.election import ElectionTimings
+    from controller.kube.election import ElectionTimings
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())["leaderElection"]
     args = build_parser().parse_args(container(render())["args"])

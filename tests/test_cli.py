@@ -88,7 +88,7 @@ def test_settings_come_from_the_environment_through_pydantic_settings(monkeypatc
 @pytest.mark.parametrize("fmt", ["json", "plain"])
 def test_log_format(fmt: str) -> None:
     """`run --log-format` configures kopf's own formatter: JSON lines carry the object's reference."""
-    from controller.__main__ import _configure_logging
+    from controller.handlers.entry import configure_logging as _configure_logging
 
     assert build_parser().parse_args(["run", f"--log-format={fmt}"]).log_format == fmt
     root = logging.getLogger()

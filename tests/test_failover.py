@@ -13,6 +13,7 @@ server, so the journal tells their requests apart and one of them can be cut off
 
 from __future__ import annotations
 
+import asyncio
 import math
 import pathlib
 import subprocess
@@ -22,7 +23,7 @@ from typing import Any, Callable
 import pytest
 
 from controller import constants as C
-from controller.election import ElectionTimings
+from controller.kube.election import ElectionTimings
 from agentbox_sim.kube import JournalEntry
 from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 from tests.test_resume_scenarios import at, submits, tab_status
@@ -186,3 +187,83 @@ async def test_leader_cut_off_from_the_api_stops_acting_before_the_standby_takes
     assert len(sent) == 1 and sent[0] >= reset, sent
     served_after = [e for e in leader.requests() if e.at >= cut and e.status not in (0, None)]
     assert served_after == [], f"the cut-off leader acted after the partition: {served_after[:5]}"
+
+
+async def test_sigterm_gives_the_lease_up_and_a_standby_serves_liveness(
+        world: World, operator_process, tmp_path: pathlib.Path, unused_tcp_port_factory):
+    """A rolling update (SIGTERM): the leader empties the Lease's holder and exits 0, so the standby takes
+    over at its next look (retry period), not after a whole lease duration. Meanwhile the standby answers the
+    liveness probe itself (kopf serves it only once it leads), so the kubelet does not restart it."""
+    import aiohttp
+
+    ports = {"replica-a": unused_tcp_port_factory(), "replica-b": unused_tcp_port_factory()}
+    args = ("--leader-elect", LEASE, "--lease-namespace", world.namespace)
+    replicas = []
+    for name in ports:
+        url = await world.kube.add_listener()
+        kubeconfig = world.kube.write_kubeconfig(tmp_path / f"{name}.kubeconfig", namespace=world.namespace,
+                                                 server=url)
+        proc = operator_process(name, *args, "--liveness", f"http://127.0.0.1:{ports[name]}/healthz",
+                                kubeconfig=kubeconfig)
+        replicas.append(Replica(world, name, url, proc))
+    await eventually(lambda: holder(world), 30, what="one replica holds the Lease")
+    leader, standby = leader_of(replicas, world)
+    await eventually(leader.first_box_watch, 20, what="the leader's operator running")
+
+    async def healthz(name: str) -> int:
+        try:
+            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{ports[name]}/healthz") as resp:
+                return resp.status
+        except aiohttp.ClientError:
+            return 0
+    status = 0
+    deadline = time.time() + 20
+    while status != 200 and time.time() < deadline:  # polls the standby's endpoint until it answers
+        status = await healthz(standby.name)
+        await asyncio.sleep(0.2)
+    assert status == 200, "the standby answers the liveness probe"
+    assert standby.acting() == []
+
+    leader.proc.terminate()  # SIGTERM
+    termed = time.time()
+    await eventually(lambda: leader.proc.poll() is not None, 10, what="the leader exits on SIGTERM")
+    assert leader.proc.returncode == 0
+    released = [e for e in leader.requests() if e.method == "PUT" and "/leases/" in e.path and e.at >= termed]
+    assert released and released[-1].status == 200, "the leader gave the Lease up"
+    await eventually(standby.first_box_watch, 10, what="the standby's operator running")
+    handover = standby.first_box_watch().at - termed  # type: ignore[union-attr]
+    assert handover < TIMINGS.lease_duration_s, f"handover {handover:.1f} s: not one retry period, a lease expiry"
+
+
+async def test_a_leader_that_reads_another_holder_exits_at_once(world: World, operator_process, tmp_path: pathlib.Path):
+    """Whoever else holds the Lease (a standby that took it while this leader was paused or cut off), the
+    leader that sees it stops at its next look instead of acting until its renew deadline."""
+    import aiohttp
+
+    replicas = await start_replicas(world, operator_process, tmp_path)
+    leader, standby = leader_of(replicas, world)
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{world.namespace}/leases/{LEASE}"
+    lease = world.kube.get("coordination.k8s.io/v1/leases", world.namespace, LEASE) or {}
+    lease["spec"]["holderIdentity"] = "intruder_1_abcdef"
+    async with aiohttp.ClientSession(base_url=world.kube.url) as http, http.put(path, json=lease) as resp:
+        assert resp.status in (200, 409)
+        if resp.status == 409:  # the leader renewed in between: once more with the new version
+            lease = world.kube.get("coordination.k8s.io/v1/leases", world.namespace, LEASE) or {}
+            lease["spec"]["holderIdentity"] = "intruder_1_abcdef"
+            async with http.put(path, json=lease) as again:
+                assert again.status == 200
+    taken = time.time()
+    await eventually(lambda: leader.proc.poll() is not None, TIMINGS.renew_deadline_s, what="the leader exits")
+    assert leader.proc.returncode == 1
+    assert time.time() - taken <= 2 * TIMINGS.retry_period_s + 1.5, "at its next look, not at the renew deadline"
+    assert standby.proc.poll() is None and standby.acting() == [], "the standby still waits (the intruder holds it)"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("timings", [("5", "4.5", "1"), ("10", "1", "1"), ("10", "7", "0.5")])
+def test_unsafe_timings_are_refused(timings: tuple[str, str, str]):
+    from controller.__main__ import main
+
+    lease, deadline, retry = timings
+    assert main(["run", "--leader-elect", LEASE, "--lease-duration", lease, "--renew-deadline", deadline,
+                 "--retry-period", retry]) == 2

@@ -537,7 +537,7 @@ async def test_the_api_server_sees_one_event_whose_count_is_patched(kube, k8s_cl
 async def test_two_candidates_cannot_both_take_one_lease(kube: KubeEmulator, k8s_client: kubernetes.client.ApiClient):
     """Leader election relies on the API server's optimistic concurrency: of two candidates that create the
     same Lease, one gets 409 AlreadyExists; of two that replace the same version they read, one gets 409
-    Conflict. Played with the Kubernetes client's own LeaseLock, as controller/election.py uses it."""
+    Conflict. Played with the Kubernetes client's own LeaseLock, as controller/kube/election.py uses it."""
     from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
     from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 

@@ -1,6 +1,6 @@
 """Claude Code profile: line families as Claude Code 1.x-2.1.332 prints them, plus action data.
 
-The families are built from the shared vocabulary in :mod:`controller.agents.base` (subject + verb
+The families are built from the shared vocabulary in :mod:`controller.domain.profile` (subject + verb
 + scope + noun, a reset clause, a time expression), not from sentences. Wordings they were checked
 against come from the corpus (tests/fixtures/corpus/limit-screens.jsonl, sources per case) and
 from the real CLI (2.1.328, 2.1.332) against the provider emulator (notes/real-agents.md):
@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from controller.agents.base import (
+from controller.domain.profile import (
     ADVERB,
     FAMILY_HINT,
     AUTO_CONTINUE,

@@ -1,6 +1,6 @@
 """Codex CLI profile: line families as Codex 0.x (up to 0.171.0) prints them, plus action data.
 
-The families come from the shared vocabulary in :mod:`controller.agents.base`; the time after
+The families come from the shared vocabulary in :mod:`controller.domain.profile`; the time after
 "try again" is read by the one grammar of :mod:`controller.domain.timeparse`.
 
 Wordings come from the corpus (tests/fixtures/corpus/limit-screens.jsonl) and from the real CLI
@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from controller.agents.base import (
+from controller.domain.profile import (
     ADVERB,
     FAMILY_HINT,
     GENERIC_AWAITING,

@@ -7,7 +7,7 @@ Layers (each a small function, tested by tests/test_detection_*.py):
    ``> text``; Codex's ``› text`` composer); everything below it is the footer.
 3. :func:`join_lines` joins lines the terminal wrapped mid-sentence ("…will reset\\n at 3pm (…)").
 4. Every joined line is classified against the profile's families (data, see
-   :class:`controller.agents.base.Profile`) and the user patterns.
+   :class:`controller.domain.profile.Profile`) and the user patterns.
 5. The LIVE BOTTOM decides: lines below the last agent-output line (``⏺ …``, ``• Ran …``); the
    newest limit line there wins; a spinner/interrupt hint below it, or agent output after it,
    makes it stale (corpus C31, C57; field-pitfalls §5).
@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 from controller.domain.timeparse import from_parts, parse_when_span
 from controller.domain.types import (
@@ -32,8 +32,7 @@ from controller.domain.types import (
     TabState,
 )
 
-if TYPE_CHECKING:  # the domain never imports adapters at run time
-    from controller.agents.base import LinePattern, Profile
+from controller.domain.profile import LinePattern, Profile
 
 __all__ = [
     "InputBox",
@@ -332,6 +331,12 @@ class _Info:
     user: bool = False
 
 
+def _ev(info: _Info) -> _Event:
+    """The event of a line that matched a family (the limit and note lists hold only those)."""
+    assert info.event is not None
+    return info.event
+
+
 _SLASH_ECHO = re.compile(r"^[>❯›]\s*/[\w-]+(?:\s|$)")
 _PREFIX = re.compile(r"^[\s⎿●⏺■🖐\ufe0f⚠•◦>❯›│▌✗✘×!*\-]*")
 _QUOTES_OPEN = "“«‘"
@@ -540,7 +545,7 @@ def detect_screen(
     """Say what a tab's screen means (the corpus README's rules).
 
     Args:
-        profile: the agent's :class:`~controller.agents.base.Profile` (line families as data).
+        profile: the agent's :class:`~controller.domain.profile.Profile` (line families as data).
         screen: captured pane text (``tmux capture-pane -p``, ANSI allowed, rows may wrap).
         now: tz-aware instant the screen was seen; relative and time-only resets count from it.
         tz: the box's IANA zone, used when a line names none (Codex never does) or an invalid one.
@@ -642,23 +647,23 @@ def detect_screen(
             block = foot_limits
         # the newest line with a reset decides; one that prints its zone wins over a zoneless
         # repeat ("resets 2:50am (Asia/Muscat)" / "continuing automatically at 2:50am")
-        timed = [i for i in reversed(block) if i.event.resets_at]
-        chosen = next((i for i in timed if _ZONED.search(i.event.when_text)), timed[0] if timed else None)
-        resets_at = chosen.event.resets_at if chosen else None
-        if newest.event.cls == "credits":
+        timed = [i for i in reversed(block) if _ev(i).resets_at]
+        chosen = next((i for i in timed if _ZONED.search(_ev(i).when_text)), timed[0] if timed else None)
+        resets_at = _ev(chosen).resets_at if chosen else None
+        if _ev(newest).cls == "credits":
             resets_at = None
-        window = next((i.event.window for i in reversed(block) if i.event.window), None)
-        auto_idx = max((i.idx for i in block if i.event.auto and i.idx >= 0), default=-1)
+        window = next((_ev(i).window for i in reversed(block) if _ev(i).window), None)
+        auto_idx = max((i.idx for i in block if _ev(i).auto and i.idx >= 0), default=-1)
         cancelled = any(i.event and i.event.cls == "auto_cancel" and i.idx > auto_idx for i in live)
         auto = auto_idx >= 0 and not cancelled
         if foot_auto is not None and not foot_cancel:
             auto = True  # the footer is the live status: "Continuing automatically at … · Esc to cancel"
-            resets_at = resets_at or foot_auto.event.resets_at
+            resets_at = resets_at or _ev(foot_auto).resets_at
         elif foot_cancel:
             auto = False
         if auto_idx >= 0 and cancelled:
             note("the native wait was cancelled or gave up after it was announced: the resume is ours")
-        kind = LimitKind.CREDITS if newest.event.cls == "credits" else LimitKind.USAGE
+        kind = LimitKind.CREDITS if _ev(newest).cls == "credits" else LimitKind.USAGE
         menu_choice = None
         if is_limit_menu and profile.stop_option is not None:
             menu_choice = next((i.option[0] for i in menu_lines
@@ -666,9 +671,9 @@ def detect_screen(
         if awaiting is not None:
             note(f"a prompt or menu below the limit line waits for a person: {_quote(awaiting.line.text)}")
             return Detection(TabState.AWAITING_INPUT, kind, resets_at, window, False, False, None,
-                             prompt, awaiting.line.text, newest.event.name)
-        name = foot_auto.event.name if auto and foot_auto is not None and auto_idx < 0 and newest.idx < 0 \
-            else newest.event.name
+                             prompt, awaiting.line.text, _ev(newest).name)
+        name = _ev(foot_auto).name if auto and foot_auto is not None and auto_idx < 0 and newest.idx < 0 \
+            else _ev(newest).name
         return Detection(TabState.RATE_LIMITED, kind, resets_at, window, auto, is_limit_menu,
                          menu_choice, prompt, newest.line.text, name)
 
@@ -686,30 +691,30 @@ def detect_screen(
              and (newest is None or i.idx > newest.idx or working_info is None)]
     notes += [i for i in foot if i.event and i.event.cls in ("overload", "retrying", "warning")]
     last_note = notes[-1] if notes else None
-    kind = None
+    note_kind: LimitKind | None = None
     if last_note is not None:
-        kind = LimitKind.WARNING if last_note.event.cls == "warning" else LimitKind.OVERLOAD
-        note(f"not a stop: {last_note.event.family} line {_quote(last_note.line.text)}")
+        note_kind = LimitKind.WARNING if _ev(last_note).cls == "warning" else LimitKind.OVERLOAD
+        note(f"not a stop: {_ev(last_note).family} line {_quote(last_note.line.text)}")
     evidence = last_note.line.text if last_note else None
-    detected_by = last_note.event.name if last_note else ""
+    detected_by = _ev(last_note).name if last_note else ""
     if awaiting is not None:
-        return Detection(TabState.AWAITING_INPUT, kind, None, None, prompt_text=prompt,
+        return Detection(TabState.AWAITING_INPUT, note_kind, None, None, prompt_text=prompt,
                          evidence=awaiting.line.text, detected_by=f"marker:{profile.agent}/awaiting")
-    retrying = last_note is not None and last_note.event.cls == "retrying"
+    retrying = last_note is not None and _ev(last_note).cls == "retrying"
     if working_info is not None or recovered or retrying:
-        if last_note is None or last_note.event.cls != "retrying":
-            src = working_info if working_info is not None else (recovered[-1] if recovered else None)
-            if isinstance(src, _Info):
-                evidence = evidence or src.line.text
+        if last_note is None or _ev(last_note).cls != "retrying":
+            shown = working_info if working_info is not None else (recovered[-1] if recovered else None)
+            if isinstance(shown, _Info):
+                evidence = evidence or shown.line.text
                 detected_by = detected_by or (
-                    src.event.name if src.event else f"marker:{profile.agent}/working")
-            elif isinstance(src, str):
-                evidence = evidence or src
+                    shown.event.name if shown.event else f"marker:{profile.agent}/working")
+            elif isinstance(shown, str):
+                evidence = evidence or shown
                 detected_by = detected_by or f"marker:{profile.agent}/working-footer"
-        return Detection(TabState.WORKING, kind, None, None, prompt_text=prompt,
+        return Detection(TabState.WORKING, note_kind, None, None, prompt_text=prompt,
                          evidence=evidence, detected_by=detected_by)
     state = TabState.IDLE if box is not None else TabState.UNKNOWN
-    return Detection(state, kind, None, None, prompt_text=prompt, evidence=evidence, detected_by=detected_by)
+    return Detection(state, note_kind, None, None, prompt_text=prompt, evidence=evidence, detected_by=detected_by)
 
 
 _ZONED = re.compile(r"\([A-Za-z][^)]*\)|\b(?:UTC|GMT)\b|[+-]\d{2}:?\d{2}\b|\d\s?Z\b|^\|")

@@ -17,6 +17,12 @@ from typing import Any
 
 from controller.constants import ANNOTATION_TEMPLATE_HASH
 
+
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else {} (untrusted input: any shape may come)."""
+    return value if isinstance(value, dict) else {}
+
+
 _MAX_TEXT = 200
 
 
@@ -66,7 +72,7 @@ def decide_pod(pod: dict[str, Any] | None, pod_name: str, desired_hash: str, pol
     if pod is None:
         return PodDecision("create", "PodMissing", f"Pod {pod_name} does not exist; creating it")
     meta = pod.get("metadata") or {}
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    status = _dict(pod.get("status"))
     if meta.get("deletionTimestamp"):
         return PodDecision("none", "PodTerminating", f"Pod {pod_name} is being deleted; a new one follows")
     phase = status.get("phase")

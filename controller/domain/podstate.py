@@ -15,6 +15,17 @@ from controller.constants import R_CONTAINER_TERMINATED as CONTAINER_TERMINATED 
 from controller.constants import R_CONTAINER_WAITING as CONTAINER_WAITING  # CrashLoopBackOff, ImagePullBackOff...
 from controller.constants import R_POD_PENDING as POD_PENDING  # no pod yet, or phase is not Running
 
+
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else {} (untrusted input: any shape may come)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    """``value`` when it is a JSON array, else []."""
+    return value if isinstance(value, list) else []
+
+
 CONTAINER_RUNNING = "ContainerRunning"    # running: the session check decides Ready
 
 _MAX_TEXT = 200
@@ -50,13 +61,13 @@ def box_container_view(pod: dict[str, Any] | None, pod_name: str, container: str
     """
     if pod is None:
         return ContainerView(False, POD_PENDING, f"Pod {pod_name} does not exist yet")
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    status = _dict(pod.get("status"))
     phase = status.get("phase") or "Pending"
-    statuses = status.get("containerStatuses") if isinstance(status.get("containerStatuses"), list) else []
+    statuses = _list(status.get("containerStatuses"))
     mine = next((s for s in statuses if isinstance(s, dict) and s.get("name") == container), None)
-    state = (mine or {}).get("state") if isinstance((mine or {}).get("state"), dict) else {}
+    state = _dict((mine or {}).get("state"))
     if phase != "Running":
-        waiting = state.get("waiting") if isinstance(state.get("waiting"), dict) else None
+        waiting = _dict(state.get("waiting")) or None
         if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
             why = _clip(waiting.get("reason"))
             return ContainerView(False, CONTAINER_WAITING, f"Pod {pod_name} is {phase}; container {container} is "
@@ -70,7 +81,7 @@ def box_container_view(pod: dict[str, Any] | None, pod_name: str, container: str
     waiting = state.get("waiting")
     if isinstance(waiting, dict):
         why = _clip(waiting.get("reason") or "Unknown")
-        last = ((mine.get("lastState") or {}).get("terminated") or {}) if isinstance(mine.get("lastState"), dict) else {}
+        last = _dict(_dict(mine.get("lastState")).get("terminated"))
         extra = f"; last exit code {last.get('exitCode')}" if isinstance(last, dict) and "exitCode" in last else ""
         restarts = mine.get("restartCount")
         extra += f"; restarted {restarts} time(s)" if isinstance(restarts, int) and restarts else ""

@@ -224,7 +224,7 @@ def plan_tab(rec: TabRecord, det: Detection, last_input_at: datetime | None, now
         # The native wait was armed since (a person chose "Wait here, then continue automatically")
         # or cancelled: its due time follows, from the reset first recorded (exact when structured).
         basis = replace(det, resets_at=rec.resets_at or det.resets_at,
-                        detected_by=rec.detected_by if (rec.detected_by or "").startswith("structured:")
+                        detected_by=(rec.detected_by or "") if (rec.detected_by or "").startswith("structured:")
                         else det.detected_by)
         rec = replace(rec, resume_at=_due_at(basis, now, cfg))
     rec = replace(rec, auto_continue=det.auto_continue,

@@ -28,8 +28,9 @@ def exhausted(usage: Usage | None, now: datetime) -> tuple[str, datetime] | None
     if usage is None:
         return None
     hits = [(w.name, w.resets_at) for w in usage.windows.values()
-            if w.utilization >= 100 and plausible_reset(w.resets_at, now) is not None and w.resets_at > now]
-    return max(hits, key=lambda h: h[1]) if hits else None  # type: ignore[return-value]
+            if w.utilization >= 100 and w.resets_at is not None and plausible_reset(w.resets_at, now) is not None
+            and w.resets_at > now]
+    return max(hits, key=lambda h: h[1]) if hits else None
 
 
 def merge(det: Detection, usage: Usage | None, source: str, now: datetime) -> Detection:

@@ -50,10 +50,10 @@ def evaluate(usage: Usage | None, five_hour_reserve: int, weekly_reserve: int, n
     exhausted = [w for w in usage.windows.values()
                  if w.utilization >= 100 and (w.resets_at is None or w.resets_at > now)]
     if exhausted:
-        w = max(exhausted, key=lambda x: x.resets_at or now)
-        label = _LABEL.get(w.name, w.name)
-        when = f", resets {w.resets_at:%Y-%m-%d %H:%M} UTC" if w.resets_at else ""
-        return SubscriptionVerdict("Exhausted", w.resets_at, f"{label} window at {w.utilization:.0f}%{when}")
+        last = max(exhausted, key=lambda x: x.resets_at or now)
+        label = _LABEL.get(last.name, last.name)
+        when = f", resets {last.resets_at:%Y-%m-%d %H:%M} UTC" if last.resets_at else ""
+        return SubscriptionVerdict("Exhausted", last.resets_at, f"{label} window at {last.utilization:.0f}%{when}")
     for name, reserve in ((WINDOW_FIVE_HOUR, five_hour_reserve), (WINDOW_WEEKLY, weekly_reserve)):
         w = usage.windows.get(name)
         if reserve and w and w.utilization >= 100 - reserve and (w.resets_at is None or w.resets_at > now):

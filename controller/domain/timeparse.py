@@ -192,10 +192,13 @@ def from_parts(
         The instant in UTC, or None when the parts hold no usable time (e.g. "13pm", "Feb 30"), or
         an instant outside 2000-2100 or more than 400 days after ``now`` (a misread, never a reset).
     """
-    get = lambda key: (parts.get(key) or None)  # noqa: E731 - tiny local accessor
-    if get("epoch"):
+    def get(key: str) -> str | None:
+        return parts.get(key) or None
+
+    epoch = get("epoch")
+    if epoch:
         try:
-            value = int(get("epoch"))
+            value = int(epoch)
             if value > 10**11:  # milliseconds
                 value //= 1000
             return _bounded(datetime.fromtimestamp(value, tz=UTC), now)
@@ -208,9 +211,10 @@ def from_parts(
         if delta > _MAX_AHEAD:
             return None
         return now.astimezone(UTC) + delta
-    if not get("hour"):
+    hour_text = get("hour")
+    if not hour_text:
         return None
-    clock = _clock(get("hour"), get("minute"), get("ampm"))
+    clock = _clock(hour_text, get("minute"), get("ampm"))
     if clock is None:
         return None
     hour, minute = clock
@@ -219,11 +223,12 @@ def from_parts(
     try:
         if get("month") or get("day"):
             month = _month_number(get("month") or "")
-            if month is None or not get("day"):
+            day_text, year_text = get("day"), get("year")
+            if month is None or not day_text:
                 return None
-            day_n = int(get("day"))
-            if get("year"):
-                return _bounded(_local(zone, date(int(get("year")), month, day_n), hour, minute), now)
+            day_n = int(day_text)
+            if year_text:
+                return _bounded(_local(zone, date(int(year_text), month, day_n), hour, minute), now)
             year = today.year
             candidate = date(year, month, day_n) if _valid(year, month, day_n) else None
             if candidate is None or candidate < today:

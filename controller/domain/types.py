@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 MAX_RESET_DISTANCE = timedelta(days=31)
 """Farthest a reset instant may lie from now, either side. Usage windows last five hours, a week or a
@@ -83,7 +84,7 @@ class Detection:
     evidence: str | None = None
     detected_by: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """Corpus-shaped dict: state, kind, resets_at (RFC 3339 UTC 'Z' or None), window,
         auto_continue, limit_menu, menu_choice, prompt_text, evidence, detected_by."""
         return {

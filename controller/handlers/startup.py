@@ -5,16 +5,15 @@ from __future__ import annotations
 import concurrent.futures
 import asyncio
 import logging
-import os
 from typing import Any
 
 import kopf
 
 from controller.handlers.registry import REGISTRY
-from kubernetes import client, config
 
 from controller import constants as C
 from controller.kube.aexec import AsyncExec
+from controller.kube.cluster import api_client
 from controller.kube.objects import Kube
 from controller.runtime import Runtime
 from controller.settings import Settings, utcnow
@@ -24,19 +23,6 @@ from controller.settings import Settings, utcnow
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """Service account in a cluster, else the kubeconfig named by $KUBECONFIG (read now, not at import)."""
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-
-
-def _api_client(memo: Any) -> client.ApiClient:
-    """The official client: in-cluster service account, else $KUBECONFIG. Its connection pool
-    matches the worker threads (the default of 10 makes urllib3 discard connections under load)."""
-    path = getattr(memo, "kubeconfig", None) or os.environ.get("KUBECONFIG")
-    cfg = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=cfg)
-    except config.ConfigException:
-        config.load_kube_config(config_file=path, client_configuration=cfg)
-    cfg.connection_pool_maxsize = 64
-    return client.ApiClient(cfg)
 
 
 @kopf.on.startup(registry=REGISTRY)
@@ -53,7 +39,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=64))
 
     ops: Settings = getattr(memo, "settings", None) or Settings.from_env()
-    api = _api_client(memo)
+    api = api_client(getattr(memo, "kubeconfig", None))
     from controller.providers.readers import UsageCache, UsageReader
 
     reader = UsageReader(anthropic_base_url=ops.anthropic_base_url, openai_base_url=ops.openai_base_url)

@@ -113,11 +113,11 @@ def parse_login(provider: str, text: str) -> Login:
     return _parse_codex(data)
 
 
-def _looks_codex(data: dict) -> bool:
+def _looks_codex(data: dict[str, Any]) -> bool:
     return "tokens" in data or "auth_mode" in data or "OPENAI_API_KEY" in data
 
 
-def _str(obj: dict, key: str, where: str, *, required: bool) -> str | None:
+def _str(obj: dict[str, Any], key: str, where: str, *, required: bool) -> str | None:
     v = obj.get(key)
     if v is None or v == "":
         if required:
@@ -128,7 +128,7 @@ def _str(obj: dict, key: str, where: str, *, required: bool) -> str | None:
     return v
 
 
-def _parse_claude(data: dict) -> Login:
+def _parse_claude(data: dict[str, Any]) -> Login:
     oauth = data.get("claudeAiOauth")
     if oauth is None:
         if _looks_codex(data):
@@ -174,7 +174,7 @@ def _jwt_claims(token: str | None) -> dict[str, Any]:
     return claims if isinstance(claims, dict) else {}
 
 
-def _parse_codex(data: dict) -> Login:
+def _parse_codex(data: dict[str, Any]) -> Login:
     if "claudeAiOauth" in data:
         raise InvalidLogin("this is a Claude Code .credentials.json, not a Codex auth.json")
     auth_mode = data.get("auth_mode")

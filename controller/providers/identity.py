@@ -28,6 +28,17 @@ import aiohttp
 from controller.providers.bounded import read_capped
 from controller.providers.credentials import Login
 
+
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else {} (untrusted input: any shape may come)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    """``value`` when it is a JSON array, else []."""
+    return value if isinstance(value, list) else []
+
+
 __all__ = ["IdentityRefused", "IdentityUnavailable", "account_identity"]
 
 MAX_BODY = 65536
@@ -104,8 +115,8 @@ async def account_identity(session: aiohttp.ClientSession, provider: str, login:
     if provider == "anthropic":
         body = await _get(session, base + ANTHROPIC_PROFILE, {**headers, "anthropic-beta": "oauth-2025-04-20"},
                           provider, timeout_s)
-        account = body.get("account") if isinstance(body.get("account"), dict) else {}
-        org = body.get("organization") if isinstance(body.get("organization"), dict) else {}
+        account = _dict(body.get("account"))
+        org = _dict(body.get("organization"))
         acc_id, org_id = _id(account.get("uuid")), _id(org.get("uuid"))
         if acc_id is None:
             raise IdentityUnavailable(f"anthropic identity answer has no account.uuid ({_where(base_url)})")
@@ -120,7 +131,7 @@ async def account_identity(session: aiohttp.ClientSession, provider: str, login:
     if user is None:
         raise IdentityUnavailable(f"openai identity answer has no id ({_where(base_url)})")
     check = await _get(session, base + OPENAI_ACCOUNTS, headers, provider, timeout_s)
-    accounts = check.get("accounts") if isinstance(check.get("accounts"), list) else []
+    accounts = _list(check.get("accounts"))
     ids = {a.get("id") for a in accounts if isinstance(a, dict)}
     if login.account_id not in ids:
         raise IdentityRefused("openai token does not act for the login's account")

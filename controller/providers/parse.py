@@ -154,7 +154,7 @@ def _is_number(v: Any) -> bool:
         return False
 
 
-def _obj(v: Any, field: str) -> dict | None:
+def _obj(v: Any, field: str) -> dict[str, Any] | None:
     """None for null/missing, the dict itself, else UsageParseError."""
     if v is None:
         return None
@@ -239,7 +239,7 @@ def _seconds_of(v: Any, field: str) -> int:
     return int(f)
 
 
-def _require_dict(payload: Any, field: str) -> dict:
+def _require_dict(payload: Any, field: str) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise UsageParseError(field, f"expected an object, got {type(payload).__name__}")
     return payload
@@ -248,7 +248,7 @@ def _require_dict(payload: Any, field: str) -> dict:
 # --------------------------------------------------------------------------------------------- parsers
 
 
-def parse_anthropic_usage(payload: dict, now: datetime) -> Usage:
+def parse_anthropic_usage(payload: dict[str, Any], now: datetime) -> Usage:
     """Parse Anthropic's OAuth usage endpoint (``GET /api/oauth/usage``, as Claude Code 2.1.x reads it).
 
     Args:
@@ -299,7 +299,7 @@ def parse_anthropic_usage(payload: dict, now: datetime) -> Usage:
     return Usage(windows=windows, read_at=_utc(now))
 
 
-def parse_openai_usage(payload: dict, now: datetime) -> Usage:
+def parse_openai_usage(payload: dict[str, Any], now: datetime) -> Usage:
     """Parse ChatGPT's usage endpoint (``GET /backend-api/wham/usage``, as Codex CLI 0.169 reads it).
 
     Args:
@@ -339,7 +339,7 @@ def parse_openai_usage(payload: dict, now: datetime) -> Usage:
     return Usage(windows=windows, read_at=now)
 
 
-def parse_rate_limit_event(payload: dict) -> tuple[bool, Window]:
+def parse_rate_limit_event(payload: dict[str, Any]) -> tuple[bool, Window]:
     """Parse Claude Code's ``rate_limit_event`` (``claude -p --output-format stream-json --verbose``, 2.1.x).
 
     Args:
@@ -378,7 +378,7 @@ def parse_rate_limit_event(payload: dict) -> tuple[bool, Window]:
     return limited, Window(_EVENT_WINDOW_TYPES.get(rtype, rtype), pct, resets_at)
 
 
-def parse_rate_limit_event_usage(payload: dict, read_at: datetime | None = None) -> tuple[bool, Usage]:
+def parse_rate_limit_event_usage(payload: dict[str, Any], read_at: datetime | None = None) -> tuple[bool, Usage]:
     """Every window a ``rate_limit_event`` carries (Claude Code 2.1.x stream-json; 2.1.258+ adds several).
 
     Args:
@@ -429,7 +429,7 @@ def parse_rate_limit_event_usage(payload: dict, read_at: datetime | None = None)
     return limited, Usage(windows=windows, read_at=_utc(read_at) if read_at is not None else None)
 
 
-def parse_token_count(payload: dict) -> Usage:
+def parse_token_count(payload: dict[str, Any]) -> Usage:
     """Parse a Codex rollout ``token_count`` event (``~/.codex/sessions/**.jsonl``, Codex CLI 0.1xx).
 
     Args:
@@ -479,7 +479,7 @@ def parse_token_count(payload: dict) -> Usage:
 
 
 def parse_codex_429(
-    body: dict, headers: Mapping[str, str], now: datetime | None = None
+    body: dict[str, Any], headers: Mapping[str, str], now: datetime | None = None
 ) -> tuple[bool, datetime | None, Usage]:
     """Parse Codex's usage-limit 429 (ChatGPT backend ``/backend-api/codex/responses``, Codex CLI 0.169).
 
@@ -542,7 +542,7 @@ def parse_codex_429(
 _STATUSLINE_WINDOWS = {"five_hour": "five_hour", "seven_day": "weekly"}
 
 
-def parse_statusline(payload: dict, read_at: datetime | None = None) -> Usage:
+def parse_statusline(payload: dict[str, Any], read_at: datetime | None = None) -> Usage:
     """Parse the JSON Claude Code pipes to its statusline command (Claude Code 2.1.x, saved by the
     box's statusline helper): ``{"rate_limits": {"five_hour": {"used_percentage": 42, "resets_at":
     <epoch s>}, "seven_day": {...}}, ...}``.

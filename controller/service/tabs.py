@@ -179,6 +179,7 @@ class BoxWatcher:
         self.seen: dict[str, tuple[int, datetime]] = {}   # tab -> (screen hash, unchanged since)
         self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
+        self._stream_warned: str | None = None   # pod uid whose unusable stream was reported (one Event)
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
         self._structured_seen: tuple[int, datetime, Any] | None = None  # (tab states hash, read at, result)
         self._body: dict[str, Any] = {}
@@ -1226,6 +1227,13 @@ class BoxWatcher:
             if self.stream.connected:
                 conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, C.R_STREAMING,
                                       "The live tmux stream is attached", now, gen)
+            elif self.stream.failures >= self.stream.max_failures:
+                why = self.stream.unavailable or "the live tmux stream failed again and again"
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_UNUSABLE,
+                                      f"Polling the tabs: {why}", now, gen)
+                if self._stream_warned != self._stream_pod:
+                    self._stream_warned = self._stream_pod
+                    self.post_event("Warning", C.R_STREAM_UNUSABLE, f"Polling the tabs: {why}")
             elif self.stream.unavailable:
                 conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_NO_CONTROL_MODE,
                                       f"Polling the tabs: {self.stream.unavailable}", now, gen)

@@ -26,6 +26,9 @@ from controller.terminal.session import BoxTerminal, ExecFn, ExecResultLike
 
 log = logging.getLogger("agentbox.stream")
 
+_CAUSES = {"protocol": "forged or out-of-step replies", "flood": "output flood",
+           "timeout": "commands unanswered", "no answer": "no tmux control-mode answer"}
+
 OpenFn = Callable[[list[str]], Awaitable[Any]]
 """Opens an exec stream in the box container: ``await open_fn(argv) -> ExecStream`` (stdin open)."""
 
@@ -49,9 +52,16 @@ class BoxStream:
         backoff_s: (first, most) seconds between reconnects; doubled per failure, with jitter.
         max_output: most bytes one command's reply may hold (as the one-shot exec's bound; a larger
             reply falls back to the exec, which reports it).
+        keepalive_s: seconds without news after which a sync command checks the stream is alive.
+        max_failures: consecutive streams the box's side broke (forged or out-of-step blocks, a flood
+            over ``max_rate`` bytes in 10 s, commands unanswered, a list of tabs never answered: not tmux)
+            after which streaming is given up for this pod and the caller polls.
+        max_tabs: most panes followed (a longer tab list is cut; the watcher's own list is unaffected).
     Attributes:
-        unavailable: why control mode cannot be used (``"no tmux"``, ``"tmux 3.1 is older than 3.2"``),
-            else ``None``.  Set once, by the version check; the caller polls instead.
+        unavailable: why control mode cannot be used (``"no tmux"``, ``"tmux 3.1 is older than 3.2"``,
+            ``"the tmux control stream failed 5 times in a row (forged or out-of-step replies)"``), else
+            ``None``.  Set once; the caller polls instead.  Never holds text printed by the box.
+        failures: consecutive failed streams (reset by a stream that lived over a minute).
         connected: the stream is up now.
         screens: the last captured screen per pane id (fresh while connected).
         opened: streams opened so far (1 plus reconnects).
@@ -60,7 +70,8 @@ class BoxStream:
     def __init__(self, open_fn: OpenFn, exec_fn: ExecFn, *, classify: Callable[[str, str], Hashable] | None = None,
                  on_change: Callable[[], None] = lambda: None, debounce_s: float = 0.2,
                  backoff_s: tuple[float, float] = (1.0, 60.0), command_timeout_s: float = 10.0,
-                 max_output: int = 1024 * 1024) -> None:
+                 max_output: int = 1024 * 1024, keepalive_s: float = 30.0, max_failures: int = 5,
+                 max_rate: int = 8 * 1024 * 1024, max_tabs: int = 1000) -> None:
         self.open_fn = open_fn
         self.exec_fn = exec_fn
         self.classify = classify
@@ -69,6 +80,12 @@ class BoxStream:
         self.backoff_s = backoff_s
         self.command_timeout_s = command_timeout_s
         self.max_output = max_output
+        self.keepalive_s = keepalive_s
+        self.max_failures = max_failures
+        self.max_rate = max_rate
+        self.max_tabs = max_tabs
+        self.failures = 0
+        self.last_failure: str | None = None
         self.unavailable: str | None = None
         self.client: ControlClient | None = None
         self.screens: dict[str, str] = {}
@@ -105,10 +122,13 @@ class BoxStream:
             log.info("tmux version check failed (%s)", type(exc).__name__)
             return False
         self._checked = True
+        m = control._VERSION.search(result.stdout or "")
         if result.rc != 0:
             self.unavailable = "no tmux in the box container" if result.rc in (126, 127) else "tmux -V failed"
+        elif m is None:  # the box's answer is not repeated: only the version numbers tmux would print
+            self.unavailable = "tmux -V printed no tmux version"
         elif not control.supported(result.stdout):
-            self.unavailable = (f"{result.stdout.strip()[:40]} is older than "
+            self.unavailable = (f"tmux {int(m.group(1))}.{int(m.group(2))} is older than "
                                 f"{control.MIN_VERSION[0]}.{control.MIN_VERSION[1]}")
         return self.unavailable is None
 
@@ -121,10 +141,11 @@ class BoxStream:
                     return
             else:
                 started = time.monotonic()
+                self.client = None
                 try:
                     stream = await self.open_fn(control.attach_argv())
                     self.opened += 1
-                    self.client = ControlClient(stream, max_block=self.max_output)
+                    self.client = ControlClient(stream, max_block=self.max_output, max_rate=self.max_rate)
                     self.screens.clear()
                     self.keys.clear()
                     await self._follow(self.client)
@@ -132,8 +153,25 @@ class BoxStream:
                     raise
                 except Exception as exc:  # noqa: BLE001 - transport or tmux failure: reconnect
                     log.info("tmux stream failed (%s)", type(exc).__name__)
+                cause = None
                 if self.client is not None:
                     await self.client.aclose()
+                    cause = self.client.exit_reason
+                    if cause not in ("protocol", "flood", "timeout"):
+                        # bytes that never formed one tmux block: not tmux (a session that is missing
+                        # answers an %error block, a dropped connection nothing: neither counts)
+                        cause = "no answer" if self.client.blocks == 0 and self.client.received else None
+                if cause is not None:  # the box's side misbehaved
+                    self.failures += 1
+                    self.last_failure = cause
+                elif time.monotonic() - started > 60:
+                    self.failures = 0
+                if self.failures >= self.max_failures:
+                    self.unavailable = (f"the tmux control stream failed {self.failures} times in a row "
+                                        f"({_CAUSES[self.last_failure or 'no answer']})")
+                    log.warning("tmux stream given up: %s", self.unavailable)
+                    self.on_change()
+                    return
                 self.on_change()  # down: the watcher polls meanwhile
                 if time.monotonic() - started > 60:
                     delay = self.backoff_s[0]
@@ -141,25 +179,43 @@ class BoxStream:
             delay = min(delay * 2, self.backoff_s[1])
 
     async def _follow(self, client: ControlClient) -> None:
-        """Capture what changed, tell the caller about changes that matter, until the stream ends."""
+        """Capture what changed, tell the caller about changes that matter, until the stream ends.
+
+        A changed pane's output is paused for this client until the debounce is over (a pane printing
+        megabytes sends one ``%output``), then continued before its capture (output after the capture
+        marks it again).  With nothing to do for ``keepalive_s`` a sync command proves the stream alive (a
+        stalled stream is found within ``keepalive_s + command_timeout_s``, not at the next rescan).
+        """
         first = True
         while not client.closed.is_set():
-            await client.changed.wait()
+            try:
+                async with asyncio.timeout(self.keepalive_s):
+                    await client.changed.wait()
+            except TimeoutError:
+                await client.command(["tmux", "display-message", "-p", "ok"], self.command_timeout_s)
+                continue
             if client.closed.is_set():
                 break
+            if client.dirty:
+                await client.pause_panes(set(client.dirty))
             await asyncio.sleep(self.debounce_s)
             dirty, tabs_changed = client.take_dirty()
             if tabs_changed or first:
                 result = await self.command(tmux.list_tabs_argv())
                 if result.rc != 0:  # the session is gone
                     raise ControlError("session not found", "closed")
-                panes = {t.pane_id for t in tmux.parse_tabs(result.stdout)[0]}
+                tabs = tmux.parse_tabs(result.stdout)[0]
+                panes = {t.pane_id for t in tabs[:self.max_tabs]}
+                client.known = frozenset(panes)
+                client.paused &= panes
                 for gone in set(self.screens) - panes:
                     self.screens.pop(gone, None)
                     self.keys.pop(gone, None)
                 dirty |= panes - set(self.screens)
+            dirty &= client.known or set()
             notify = tabs_changed or first
             first = False
+            await client.resume_panes(dirty)
             for pane in sorted(dirty):
                 try:
                     reply = await client.command(tmux.capture_one_argv(pane), self.command_timeout_s)
@@ -177,7 +233,6 @@ class BoxStream:
                 if self.keys.get(pane, None) != key or pane not in self.keys:
                     notify = True
                 self.keys[pane] = key
-            await client.resume_panes(dirty)
             if notify:
                 self.on_change()
 
