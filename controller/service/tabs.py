@@ -409,7 +409,7 @@ class BoxWatcher:
         """Apply rotation (switch on a trigger) and the reserve (stop, then restore) for this box."""
         provider = C.SUPPORTED_SUBSCRIPTION_AGENTS[spec.agent]
         rot = spec.when_agent_stops.rotation
-        subs = [candidate_from(o) for o in await self.rt.kube.list_custom(C.SUBSCRIPTION_PLURAL, self.namespace)]
+        subs = [candidate_from(o) for o in await self.rt.kube.list_custom_shared(C.SUBSCRIPTION_PLURAL, self.namespace)]
         current = self.current or spec.subscription
         cur = next((c for c in subs if c.name == current), None)
         self._absorb_pre_switch_limits(dets, current, now)
