@@ -60,6 +60,7 @@ import os
 import pathlib
 import re
 import secrets as _secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -138,6 +139,15 @@ class ExecFault:
         skip: matching calls let through untouched before it applies (e.g. 1: the second Ctrl-C).
         delay_s: extra seconds for ``"slow"``.
         on_match: a sync callback run when the fault applies (e.g. SIGKILL the operator process).
+
+    The same faults apply to the command lines of a tmux control-mode stream (``tmux -C attach``, see
+    ``KubeEmulator.stream_faults``): ``match`` then sees each line the client writes as a tmux argv
+    (``["tmux", *shlex.split(line)]``). ``"drop"``: with ``when="before"`` the line (and whatever the client
+    wrote after it) never reaches tmux; with ``when="after"`` tmux runs it, ``on_match`` runs when tmux's
+    ``%end``/``%error`` for it comes, and no output reaches the client from then on (a client killed before
+    its reply arrived). ``"pass"``: only ``on_match`` (after: before that reply is sent on). ``"cut"``: the
+    connection is closed (the client lives on: a network cut), before the line reaches tmux or, ``"after"``,
+    once tmux ran it and before its reply is sent.
     """
 
     mode: str = "pass"
@@ -653,6 +663,7 @@ class KubeEmulator:
         self.exec_handler = exec_handler
         self.require_running = require_running
         self.exec_faults: list[ExecFault] = []
+        self.stream_faults: list[ExecFault] = []  # on the command lines of tmux control-mode streams
         self.journal: list[JournalEntry] = []
         self.exec_journal: list[ExecRecord] = []
         self.exec_streams: list[tuple[str, str, str, tuple[str, ...]]] = []  # (ns, pod, container, argv) at start
@@ -675,6 +686,7 @@ class KubeEmulator:
         self.partitions: dict[int, str] = {}  # listening port -> "reset" | "hang"; see partition()
         self._watch_epoch = 0  # bumped by expire_watches(): open watch streams end
         self._exec_tasks: set[asyncio.Future[tuple[bytes, bytes, int]]] = set()
+        self._exec_transports: set[asyncio.BaseTransport] = set()  # open exec connections (cut by an outage)
         self._listeners: list[Callable[[kmock.resource, str, JsonObj], None]] = []
         self._runner: aiohttp.web.ServerRunner | None = None
         self._port: int | None = None
@@ -944,10 +956,14 @@ class KubeEmulator:
     def set_outage(self, on: bool) -> None:
         """API server unreachable (True) or back (False). While out, every request's connection is reset
         without an answer (as a crashed API server or a cut network looks to a client), open watch streams
-        are cut, and nothing is stored; the state is kept for when it comes back."""
+        are cut, and nothing is stored; the state is kept for when it comes back. Open exec connections
+        (one-shot calls and live streams, which a real API server proxies to the kubelet) are cut too."""
         self.outage = on
         if on:
             self._notify()
+            for transport in list(self._exec_transports):
+                transport.abort()
+            self._exec_transports.clear()
 
     async def add_listener(self) -> str:
         """Serve the same API on one more loopback port and return its URL (``http://127.0.0.1:PORT``).
@@ -1555,6 +1571,17 @@ class KubeEmulator:
             raise ApiError(400, "BadRequest", f"unable to upgrade connection: {problem}")
         if raw.headers.get("Upgrade", "").lower() != "websocket":
             raise ApiError(400, "BadRequest", "Upgrade request required")
+        transport = raw.transport
+        if transport is not None:
+            self._exec_transports.add(transport)
+        try:
+            return await self._serve_exec_upgraded(raw, namespace, name, container, argv)
+        finally:
+            if transport is not None:
+                self._exec_transports.discard(transport)
+
+    async def _serve_exec_upgraded(self, raw: aiohttp.web.BaseRequest, namespace: str, name: str, container: str,
+                                   argv: list[str]) -> aiohttp.web.StreamResponse:
         fault = next((f for f in self.exec_faults if f.applies(name, argv)), None)
         if fault is not None and fault.when == "before" and fault.on_match is not None:
             fault.on_match()
@@ -1613,9 +1640,64 @@ class KubeEmulator:
             return ws
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         send_lock = asyncio.Lock()
+        control = "-C" in argv[:3] and argv[:1] == ["tmux"]
+        # stream faults (control mode): commands forwarded to tmux, replies seen, armed "after" faults
+        ctl: dict[str, Any] = {"sent": 0, "ended": 0, "dead": False, "armed": [], "scan": b""}
+
+        def fire_after(chunk: bytes) -> bool:
+            """Count tmux's replies to our commands in stdout; True when the chunk must not be sent."""
+            ctl["scan"] += chunk
+            *lines, ctl["scan"] = ctl["scan"].split(b"\n")
+            hold = False
+            for line in lines:
+                parts = line.rstrip(b"\r").split(b" ")
+                if parts[0] in (b"%end", b"%error") and len(parts) == 4 and parts[3] != b"0":
+                    ctl["ended"] += 1
+                    for target, fault in list(ctl["armed"]):
+                        if target <= ctl["ended"]:
+                            ctl["armed"].remove((target, fault))
+                            if fault.on_match is not None:
+                                fault.on_match()
+                            if fault.mode == "cut":
+                                asyncio.ensure_future(ws.close())
+                                hold = True
+                            elif fault.mode == "drop":
+                                ctl["dead"] = True
+            return hold or ctl["dead"]
+
+        def filter_stdin(data: bytes) -> bytes:
+            """What of one stdin frame reaches tmux (stream faults applied). A frame is one write of the
+            client: a process killed before it wrote sent none of its lines, so a "before" fault matching any
+            line drops the whole frame."""
+            if not (control and self.stream_faults) or ctl["dead"]:
+                return b"" if ctl["dead"] else data
+            lines = data.splitlines(keepends=True)
+            matched: list[ExecFault | None] = []
+            for line in lines:
+                try:
+                    words = ["tmux", *shlex.split(line.decode("utf-8", "replace"))]
+                except ValueError:
+                    words = ["tmux", line.decode("utf-8", "replace")]
+                fault = next((f for f in self.stream_faults if f.applies(name, words)), None)
+                if fault is not None and fault.when == "before":
+                    if fault.on_match is not None:
+                        fault.on_match()
+                    if fault.mode in ("cut", "drop"):
+                        if fault.mode == "cut":
+                            asyncio.ensure_future(ws.close())
+                        ctl["dead"] = True
+                        return b""
+                matched.append(fault)
+            for fault in matched:
+                ctl["sent"] += 1
+                if fault is not None and fault.when == "after":
+                    ctl["armed"].append((ctl["sent"], fault))
+            return data
 
         async def pump(reader: asyncio.StreamReader, channel: int) -> None:
             while chunk := await reader.read(_FRAME_CHUNK):
+                if control and channel == _STDOUT and self.stream_faults and fire_after(chunk):
+                    continue  # the client was killed (or cut off) before this reply reached it
                 async with send_lock:
                     if ws.closed:
                         return
@@ -1637,7 +1719,7 @@ class KubeEmulator:
                     stdin.close()
                 elif data[0] == _STDIN and not stdin.is_closing():
                     try:
-                        stdin.write(data[1:])
+                        stdin.write(filter_stdin(data[1:]))
                         await stdin.drain()
                     except (ConnectionError, BrokenPipeError):
                         pass

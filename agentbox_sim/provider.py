@@ -28,7 +28,8 @@ is recorded in ``refreshes``.
 
 The Bearer token decides which account is asked (``add_login(token, account)``); unknown tokens get 401.
 Per account, either a raw payload (``set_usage``) or windows (``set_windows``, rendered into both shapes).
-``fail_next`` scripts failures (5xx / 429 / 401 with headers). Every request is recorded in ``requests``
+``fail_next`` scripts failures (5xx / 429 / 401 with headers); ``set_down`` takes the whole API down
+(connection refused, 503 from every request, or 429 with ``Retry-After``) until it is called again. Every request is recorded in ``requests``
 with a token fingerprint (sha256[:8]) only, never the token.
 
 Extending: routes live on ``self.app`` (created in ``__init__``); a later issue adds the agents'
@@ -190,6 +191,8 @@ class ProviderEmulator:
         self._tokens: dict[str, str] = {}
         self._accounts: dict[str, _Account] = {}
         self._failures: deque[Failure] = deque()
+        self._down: tuple[str, str | None, str | None] | None = None  # set_down(): (mode, retry_after, path)
+        self._site: web.TCPSite | None = None
         self.latency_s: float = 0.0
         self.requests: list[RecordedRequest] = []
         self.turns: list[Turn] = []
@@ -229,6 +232,7 @@ class ProviderEmulator:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, 0)
         await site.start()
+        self._site = site
         self._port = int(self._runner.addresses[0][1])  # port 0: the OS picked one
         self._tls_port = None
 
@@ -498,6 +502,33 @@ class ProviderEmulator:
         for _ in range(n):
             self._failures.append(Failure(status, dict(headers or {}), body, path))
 
+    async def set_down(self, mode: str | None, *, retry_after: str | None = None, path: str | None = None) -> None:
+        """Take the provider's API down (until called with ``mode=None``), as a real one fails:
+
+        * ``"refuse"``: the host's service is gone: the plain port stops listening (new connections are
+          refused) and every open keep-alive connection is reset at its next request. ``path`` must be None.
+        * ``"5xx"``: every request (on ``path`` only, if given) answered ``503 Service Unavailable`` with an
+          HTML body, as a load balancer without a healthy backend answers.
+        * ``"429"``: every request (on ``path`` only, if given) answered ``429 Too Many Requests`` with
+          ``Retry-After: <retry_after>`` (seconds or an HTTP date; absent when None) and the provider's
+          ``rate_limit_error`` body.
+
+        Requests answered while down are recorded in ``requests`` (with their status; a reset keep-alive
+        request as 503) like any other; a refused connection never reaches the server and is not recorded.
+        """
+        if mode not in (None, "refuse", "5xx", "429"):
+            raise ValueError(f"unknown mode {mode!r}")
+        if mode == "refuse" and path is not None:
+            raise ValueError("a refused connection cannot be limited to a path")
+        was = self._down
+        self._down = (mode, retry_after, path) if mode else None
+        if mode == "refuse" and self._site is not None:
+            await self._site.stop()
+            self._site = None
+        if (was is not None and was[0] == "refuse") and mode != "refuse" and self._runner is not None:
+            self._site = web.TCPSite(self._runner, self._host, self._port, reuse_address=True)
+            await self._site.start()
+
     def count(self, path: str | None = None, token: str | None = None) -> int:
         """Number of recorded requests, optionally filtered by path and by token (compared by fingerprint)."""
         fp = _fp(token) if token is not None else None
@@ -545,6 +576,20 @@ class ProviderEmulator:
     async def _fail_mw(self, request: web.Request, handler: Callable) -> web.StreamResponse:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
+        down = self._down
+        if down is not None and (down[2] is None or down[2] == request.path):
+            mode, retry_after, _ = down
+            if mode == "refuse":  # a keep-alive connection to a server that went away: reset
+                if request.transport is not None:
+                    request.transport.abort()
+                raise web.HTTPServiceUnavailable()  # never delivered: the connection is gone
+            if mode == "5xx":
+                return web.Response(status=503, content_type="text/html",
+                                    text="<html><body><h1>503 Service Unavailable</h1></body></html>")
+            headers = {"Retry-After": retry_after} if retry_after is not None else {}
+            return web.json_response({"type": "error", "error": {"type": "rate_limit_error",
+                                                                 "message": "Rate limited. Please try again later."}},
+                                     status=429, headers=headers)
         for i, f in enumerate(self._failures):
             if f.path is None or f.path == request.path:
                 del self._failures[i]

@@ -1,6 +1,7 @@
 """Exactly once, whatever dies: the operator as a separate process, SIGKILLed and restarted.
 
     .venv/bin/python bench/faults.py [--random 50] [--per-step 5] [--lead 15] [--max-restart-delay 10]
+                                     [--stream] [--concurrency 3] [--failover 2]
 
 Each run builds a fresh emulated world (`agentbox_sim.world.World`: Kubernetes API emulator with pod exec
 into per-pod tmux servers, provider usage emulator) in this process, and runs the operator as its own OS
@@ -11,7 +12,9 @@ whose reset is `--lead` seconds ahead. The operator is killed with SIGKILL
 * `random` runs: at a uniformly random instant in [detection (every tab RateLimited in status), reset + 10 s];
 * `step:<name>` runs: at a named step of a multi-step action — the emulator's pods/exec sees the call of that
   step and SIGKILLs the operator before running it (the step never reached the box) or right after running it
-  (the step happened, the reply is lost);
+  (the step happened, the reply is lost); with `--stream` (setting `tmux_stream`: keys travel as command lines
+  of one live `tmux -C` exec stream per box) the same steps are matched on the stream's command lines: killed
+  before the line reaches tmux, or once tmux ran it and before its `%end` reaches the operator;
 
 and restarted after a uniformly random 0-`--max-restart-delay` s. Per tab: the `continue` submits the
 scripted agent logged. exactly once = one submit at or after the reset; lost = none by reset + 60 s; double =
@@ -19,8 +22,11 @@ more than one; early = one before the reset. `restart_to_resume_s`: for tabs who
 had passed when the restarted operator was ready (its first AgentBox watch), submit time minus that instant.
 
 Output: one JSON line per run, then ONE final JSON line with runs, tabs, exactly_once_pct, lost, double,
-early, failover_s (the worst --failover run; null without --failover) and failover_p50_s,
-restart_to_resume_p50_s/p99_s, per-point figures. Exit status 1 when any tab was not resumed exactly once.
+early, failover_s (the worst `--failover` two-replica run; null without them) and failover_p50_s,
+restart_to_resume_p50_s/p99_s/max_s and due_resume_within_3s_pct (issue 10's target: a resume already due
+fires <= 3 s after the restarted controller is ready), mode (poll|stream), per-point figures. Exit status 1
+when any tab was not resumed exactly once. `--concurrency N` runs N worlds at once (faster; the latencies then
+include the load of the other runs).
 """
 
 from __future__ import annotations
@@ -104,9 +110,10 @@ def _pdeathsig() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def start_operator(world: World, logfile: pathlib.Path, *extra: str) -> subprocess.Popen[bytes]:
+def start_operator(world: World, logfile: pathlib.Path, *extra: str,
+                   kubeconfig: pathlib.Path | None = None) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_")}
-    env.update({"KUBECONFIG": str(world.kubeconfig), "PYTHONPATH": str(ROOT)})
+    env.update({"KUBECONFIG": str(kubeconfig or world.kubeconfig), "PYTHONPATH": str(ROOT)})
     for key, value in world.settings.model_dump(mode="json").items():
         if value is not None:
             env["AGENTBOX_" + key.upper()] = json.dumps(value) if isinstance(value, (list, dict, bool)) else str(value)
@@ -154,7 +161,8 @@ def watch_requests(world: World, since: int) -> int | None:
 async def one_run(n: int, point: str, args: argparse.Namespace, rng: random.Random, base: pathlib.Path) -> dict:
     workdir = base / f"run{n:03d}"
     logfile = workdir / "operator.log"
-    async with World(workdir, SETTINGS) as world:
+    settings = SETTINGS.model_copy(update={"tmux_stream": bool(args.stream)})
+    async with World(workdir, settings) as world:
         proc = start_operator(world, logfile)
         procs = [proc]
         killed: dict[str, float] = {}
@@ -179,9 +187,12 @@ async def one_run(n: int, point: str, args: argparse.Namespace, rng: random.Rand
             pod, match, when, mode, skip = STEPS[point]
             fault = ExecFault(mode=mode, pod=pod, match=match, when=when, skip=skip, on_match=kill)
             world.kube.exec_faults.append(fault)
-        await world.run_pod("box-c", [TabSpec(t, fake_agent_argv("claude-code", reset)) for t in CLAUDE_TABS])
+            if args.stream:  # the keys travel on the control-mode stream (one-shot exec while it is down)
+                world.kube.stream_faults.append(fault)
+        await world.run_pod("box-c", [TabSpec(t, fake_agent_argv("claude-code", reset)) for t in CLAUDE_TABS],
+                            timeout=60)
         await world.run_pod("box-x", [TabSpec(t, ["codex"]) for t in CODEX_TABS],
-                            shims={"codex": fake_agent_argv("codex", reset)})
+                            shims={"codex": fake_agent_argv("codex", reset)}, timeout=60)
         tabs = [("box-c", t) for t in CLAUDE_TABS] + [("box-x", t) for t in CODEX_TABS]
         detected = await wait(lambda: len([s for s in tab_states(world).values() if s == "RateLimited"]) == len(tabs)
                               and time.time(), args.lead + 20)
@@ -229,15 +240,42 @@ async def one_run(n: int, point: str, args: argparse.Namespace, rng: random.Rand
     return result
 
 
-async def failover_run(n: int, args: argparse.Namespace, base: pathlib.Path) -> dict:
-    """Two replicas with --leader-elect; the leader is SIGKILLed `--failover-before` s before the reset (not
-    restarted). failover_s: the kill -> the standby's first AgentBox watch (it acts from then on)."""
-    workdir = base / f"failover{n:03d}"
+def _peering_crd(kind: str, plural: str, scope: str) -> dict:
+    """kopf's peering CRD (as charts/agentbox-controller/templates/peering.yaml renders it)."""
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.kopf.dev"},
+            "spec": {"scope": scope, "group": "kopf.dev",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "properties": {"status": {
+                             "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}]}}
+
+
+async def failover_run(n: int, args: argparse.Namespace, base: pathlib.Path, mode: str = "lease") -> dict:
+    """Two replicas, each with its own listener on the emulator (its requests are told apart); the active
+    one is SIGKILLed `--failover-before` s before the reset (not restarted). mode "lease": --leader-elect
+    with the given timings; "peering": kopf peering (--peering, priorities 200 and 100).
+    failover_s: the kill -> the standby's operator running (its first AgentBox watch; with peering the
+    standby watches from the start, so null). first_action_s: the kill -> the standby's first exec or status
+    write (it acts from then on)."""
+    workdir = base / f"failover-{mode}{n:03d}"
     async with World(workdir, SETTINGS) as world:
-        elect = ("--leader-elect", "agentbox-controller", "--lease-namespace", world.namespace,
-                 "--lease-duration", str(args.lease_duration), "--renew-deadline", str(args.renew_deadline),
-                 "--retry-period", str(args.retry_period))
-        procs = [start_operator(world, workdir / f"operator{i}.log", *elect) for i in range(2)]
+        urls, kubeconfigs = [], []
+        for i in range(2):
+            urls.append(await world.kube.add_listener())
+            kubeconfigs.append(world.kube.write_kubeconfig(workdir / f"kubeconfig{i}", namespace=world.namespace,
+                                                           server=urls[-1]))
+        ports = [int(u.rsplit(":", 1)[1]) for u in urls]
+        if mode == "lease":
+            elect = [("--leader-elect", "agentbox-controller", "--lease-namespace", world.namespace,
+                      "--lease-duration", str(args.lease_duration), "--renew-deadline", str(args.renew_deadline),
+                      "--retry-period", str(args.retry_period))] * 2
+        else:
+            world.kube.add_crd(_peering_crd("ClusterKopfPeering", "clusterkopfpeerings", "Cluster"))
+            world.kube.add_crd(_peering_crd("KopfPeering", "kopfpeerings", "Namespaced"))
+            elect = [("--peering", "agentbox-controller", "--priority", str(p)) for p in (200, 100)]
+        procs = [start_operator(world, workdir / f"operator{i}.log", *elect[i], kubeconfig=kubeconfigs[i])
+                 for i in range(2)]
         reset = float(math.ceil(time.time() + args.lead + 10))
         for acct, tok in (("acct-c", "tok-c"),):
             world.provider.add_login(tok, acct)
@@ -252,16 +290,30 @@ async def failover_run(n: int, args: argparse.Namespace, base: pathlib.Path) -> 
         def holder() -> str:
             lease = world.kube.get("coordination.k8s.io/v1/leases", world.namespace, "agentbox-controller") or {}
             return (lease.get("spec") or {}).get("holderIdentity") or ""
+
+        def acts(i: int, since: float) -> float | None:
+            """When replica i first exec'd or wrote status at or after `since`."""
+            return next((e.at for e in world.kube.journal if e.port == ports[i] and e.at >= since and (
+                e.path.endswith("/exec") or (e.method in ("PATCH", "PUT") and e.path.endswith("/status")))), None)
+
         await wait(lambda: len([s for s in tab_states(world).values() if s == "RateLimited"]) == len(tabs), 40)
         await asyncio.sleep(max(0.0, reset - args.failover_before - time.time()))
-        leader_pid = int(holder().split("_")[-2])  # identity: <hostname>_<pid>_<random>
+        if mode == "lease":
+            leader_pid = int(holder().split("_")[-2])  # identity: <hostname>_<pid>_<random>
+            active = next(i for i, pr in enumerate(procs) if pr.pid == leader_pid)
+        else:
+            active = 0  # the higher priority
+        standby = 1 - active
+        both_acted = acts(standby, 0.0) is not None
         since = len(world.kube.journal)
         killed_at = time.time()
-        os.kill(leader_pid, signal.SIGKILL)
-        found = await wait(lambda: watch_requests(world, since) is not None, 60, every=0.05)
-        failover = time.time() - killed_at if found else None
-        new_holder = await wait(lambda: holder() and holder().split("_")[-2] != str(leader_pid) and holder(), 60)
-        await wait(lambda: all(submits(world, p, t) for p, t in tabs), max(5.0, reset + 60 - time.time()))
+        os.kill(procs[active].pid, signal.SIGKILL)
+        failover = None
+        if mode == "lease":
+            found = await wait(lambda: watch_requests(world, since) is not None, 60, every=0.05)
+            failover = time.time() - killed_at if found else None
+        first = await wait(lambda: acts(standby, killed_at), 150, every=0.05)
+        await wait(lambda: all(submits(world, p, t) for p, t in tabs), max(5.0, reset + 90 - time.time()))
         await asyncio.sleep(SETTINGS.settle_s + 3)
         per_tab = [{"tab": f"{p}/{t}", "submits": len(submits(world, p, t)),
                     "early": any(x < reset for x in submits(world, p, t)),
@@ -271,8 +323,9 @@ async def failover_run(n: int, args: argparse.Namespace, base: pathlib.Path) -> 
             if pr.poll() is None:
                 pr.kill()
             pr.wait()
-    return {"run": n, "point": "failover", "failover_s": round(failover, 3) if failover else None,
-            "new_leader": bool(new_holder), "tabs": per_tab, "ready_after_restart_s": None}
+    return {"run": n, "point": f"failover-{mode}", "failover_s": round(failover, 3) if failover else None,
+            "first_action_s": round(first - killed_at, 3) if first else None,
+            "standby_acted_before_kill": both_acted, "tabs": per_tab, "ready_after_restart_s": None}
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -283,23 +336,40 @@ async def main_async(args: argparse.Namespace) -> int:
         points = [args.only] * args.per_step
     if args.shuffle:
         rng.shuffle(points)
-    results = []
+    results: list[dict] = []
     failovers: list[float] = []
-    for n in range(args.failover):
-        res = await failover_run(n, args, base)
-        results.append(res)
-        if res["failover_s"] is not None:
-            failovers.append(res["failover_s"])
-        ok = sum(t["submits"] == 1 and not t["early"] for t in res["tabs"])
-        log(f"failover run {n}: {ok}/{len(res['tabs'])} exactly once, failover {res['failover_s']} s")
-        print(json.dumps(res), flush=True)
-    for n, point in enumerate(points):
-        started = time.time()
-        res = await one_run(n, point, args, rng, base)
-        results.append(res)
-        ok = sum(t["submits"] == 1 and not t["early"] for t in res["tabs"])
-        log(f"run {n} {point}: {ok}/{len(res['tabs'])} exactly once in {time.time() - started:.0f}s")
-        print(json.dumps(res), flush=True)
+    first_actions: dict[str, list[float]] = {"lease": [], "peering": []}
+    for mode, count in (("lease", args.failover), ("peering", args.failover_peering)):
+        for n in range(count):
+            res = await failover_run(n, args, base, mode)
+            results.append(res)
+            if res["failover_s"] is not None:
+                failovers.append(res["failover_s"])
+            if res["first_action_s"] is not None:
+                first_actions[mode].append(res["first_action_s"])
+            ok = sum(t["submits"] == 1 and not t["early"] for t in res["tabs"])
+            log(f"failover ({mode}) run {n}: {ok}/{len(res['tabs'])} exactly once, failover {res['failover_s']} s, "
+                f"standby's first action {res['first_action_s']} s after the kill"
+                f"{'; THE STANDBY ACTED BEFORE THE KILL' if res['standby_acted_before_kill'] else ''}")
+            print(json.dumps(res), flush=True)
+    gate = asyncio.Semaphore(max(1, args.concurrency))
+    errors: list[dict] = []
+
+    async def run(n: int, point: str) -> None:
+        async with gate:
+            started = time.time()
+            # one generator per run: the same seed gives the same kill instants whatever the concurrency
+            try:
+                res = await one_run(n, point, args, random.Random(args.seed * 100003 + n), base)
+            except Exception as exc:  # a harness failure (e.g. a pod not created in time under load): reported
+                res = {"run": n, "point": point, "error": f"{type(exc).__name__}: {exc}"[:300], "tabs": [],
+                       "ready_after_restart_s": None}
+                errors.append(res)
+            results.append(res)
+            ok = sum(t["submits"] == 1 and not t["early"] for t in res["tabs"])
+            log(f"run {n} {point}: {ok}/{len(res['tabs'])} exactly once in {time.time() - started:.0f}s")
+            print(json.dumps(res), flush=True)
+    await asyncio.gather(*(run(n, point) for n, point in enumerate(points)))
     tabs = [t for r in results for t in r["tabs"]]
     once = [t for t in tabs if t["submits"] == 1 and not t["early"]]
     r2r = [t["restart_to_resume_s"] for t in tabs if t["restart_to_resume_s"] is not None]
@@ -320,15 +390,24 @@ async def main_async(args: argparse.Namespace) -> int:
         "failover_s": max(failovers) if failovers else None,
         "failover_p50_s": pct(failovers, 50), "failover_runs": len(failovers),
         "failover_timings": f"{args.lease_duration}/{args.renew_deadline:g}/{args.retry_period:g}",
+        "first_action_lease_p50_s": pct(first_actions["lease"], 50),
+        "first_action_lease_max_s": max(first_actions["lease"]) if first_actions["lease"] else None,
+        "first_action_peering_p50_s": pct(first_actions["peering"], 50),
+        "first_action_peering_max_s": max(first_actions["peering"]) if first_actions["peering"] else None,
+        "standby_acted_before_kill": sum(bool(r.get("standby_acted_before_kill")) for r in results),
         "restart_to_resume_p50_s": pct(r2r, 50), "restart_to_resume_p99_s": pct(r2r, 99),
         "restart_to_resume_n": len(r2r),
+        "restart_to_resume_max_s": max(r2r) if r2r else None,
+        # issue 10's target: a resume already due fires <= 3 s after the restarted controller is ready
+        "due_resume_within_3s_pct": round(100.0 * sum(x <= 3.0 for x in r2r) / len(r2r), 2) if r2r else None,
+        "mode": "stream" if args.stream else "poll", "concurrency": args.concurrency,
         "latency_after_reset_p50_s": pct(lat, 50), "latency_after_reset_p99_s": pct(lat, 99),
         "ready_after_restart_p50_s": pct([r["ready_after_restart_s"] for r in results
                                           if r["ready_after_restart_s"] is not None], 50),
-        "by_point": by_point, "workdir": str(base),
+        "harness_errors": len(errors), "by_point": by_point, "workdir": str(base),
     }
     print(json.dumps(summary), flush=True)
-    return 0 if len(once) == len(tabs) else 1
+    return 0 if len(once) == len(tabs) and not errors else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -339,12 +418,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-restart-delay", type=float, default=10.0, help="restart after 0..this many s")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--failover", type=int, default=0, help="two-replica runs (--leader-elect), leader killed")
+    p.add_argument("--failover-peering", type=int, default=0,
+                   help="two-replica runs with kopf peering (--peering) instead of the Lease, for comparison")
     p.add_argument("--failover-before", type=float, default=14.0, help="kill the leader this many s before the reset")
     p.add_argument("--lease-duration", type=int, default=10, help="--lease-duration of the replicas (default 10)")
     p.add_argument("--renew-deadline", type=float, default=7.0, help="--renew-deadline of the replicas (default 7)")
     p.add_argument("--retry-period", type=float, default=1.0, help="--retry-period of the replicas (default 1)")
     p.add_argument("--only", help="run only this named step (e.g. codex:after-relaunch) --per-step times")
     p.add_argument("--shuffle", action="store_true", help="interleave random and named-step runs")
+    p.add_argument("--concurrency", type=int, default=1, help="runs at the same time (each its own world and "
+                   "operator process; latencies grow with the load)")
+    p.add_argument("--stream", action="store_true", help="the operator follows the boxes over the live tmux stream "
+                   "(setting tmux_stream); named steps are then killed on the stream's command lines")
     p.add_argument("--keep", action="store_true", help="keep every run's directory (failed runs are kept)")
     p.add_argument("--workdir", default=str(ROOT / "tmp"), help="where run directories go")
     args = p.parse_args(argv)

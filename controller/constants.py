@@ -89,6 +89,4 @@ R_BOX_OUTPUT_TOO_LARGE = "BoxOutputTooLarge"  # NeedsAttention True: a capture p
 R_INVALID_PATTERN = "InvalidPattern"        # InputIgnored True: a spec.detection.patterns[] regex does not compile
 R_INVALID_ANNOTATION = "InvalidAnnotation"  # InputIgnored True: agentbox.dev/resume-at is not an instant within 31 days
 R_INVALID_BOX_FILE = "InvalidBoxFile"       # InputIgnored True: a usage file in the box is oversized or unreadable
-
-SUPPORTED_SUBSCRIPTION_AGENTS = {"claude-code": "anthropic", "codex": "openai"}
 """Agents that run on a subscription, mapped to their provider."""

@@ -296,7 +296,8 @@ async def test_a_stream_that_goes_silent_is_found_by_the_keepalive(aexec: AsyncE
         await stream.aclose()
 
 
-@pytest.mark.parametrize("mode, cause", [("banner", "no tmux control-mode answer"), ("stall", "commands unanswered")])
+@pytest.mark.parametrize("mode, cause", [("banner", "no tmux control-mode answer"), ("stall", "commands unanswered"),
+                                         ("endless-block", "commands unanswered")])
 async def test_a_stream_that_is_not_tmux_is_given_up(aexec: AsyncExec, local_exec: HostileExec,
                                                       mode: str, cause: str) -> None:
     local_exec.modes["evil"] = mode
@@ -414,3 +415,45 @@ async def test_a_hostile_box_stream_does_not_delay_another_box(tmp_path: pathlib
             assert "times in a row" in warnings[0]["message"]
             opened = len([s for s in world.kube.exec_streams if s[1] == "box-evil"])
             assert opened <= 5
+
+
+async def test_a_box_changing_its_tabs_all_the_time_wakes_its_watcher_at_most_once_a_second(
+        tmp_path: pathlib.Path) -> None:
+    """A pane renaming its window in a loop (or any stream of tab-list changes): before, every change woke
+    the box's watcher after the 0.2 s debounce, and every pass costs API requests (existence check,
+    Subscriptions list): several passes a second, against one every scanIntervalS when polling.  Now the
+    stream wakes its watcher at most once a second, and a list that did not change wakes nothing."""
+    from agentbox_sim.world import TabSpec, World, claude_login, eventually
+    from harness.world_fixtures import FAST
+
+    async with World(tmp_path / "world", FAST.model_copy(update={"tmux_stream": True})) as world:
+        world.start_operator()
+        await world.add_secret("claude-login", "credentials.json", claude_login("tok-a"))
+        world.provider.add_login("tok-a", "acct-a")
+        await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
+        await world.add_box("box-evil", "claude-code", "claude-a")
+        await world.run_pod("box-evil", [TabSpec("main", ["sh", "-c", "i=0; while :; do i=$((i+1)); "
+                                                         "tmux rename-window x$i; sleep 0.05; done"])])
+
+        def streaming() -> bool:
+            conds = ((world.box("box-evil") or {}).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "TerminalStream" and c["status"] == "True" for c in conds)
+        await eventually(streaming, 20, what="stream attached")
+        path = world.box_path("box-evil")
+
+        def passes() -> int:
+            return len([e for e in world.kube.journal if e.method == "GET" and e.path == path])
+        before, t0 = passes(), time.monotonic()
+        await asyncio.sleep(8)
+        rate = (passes() - before) / (time.monotonic() - t0)
+        print(f"\nwatcher passes of a renaming box: {rate:.2f}/s")
+        assert rate <= 1.3, f"{rate:.2f} passes a second"
+
+
+async def test_stderr_counts_towards_the_flood_bound() -> None:
+    stream = ScriptedStream()
+    client = ControlClient(stream, max_rate=1024 * 1024)  # type: ignore[arg-type]
+    for _ in range(20):
+        stream.queue.put_nowait((2, b"e" * 65536))
+    await _until(lambda: client.closed.is_set(), 5, what="stderr flood cut")
+    assert client.exit_reason == "flood"

@@ -476,5 +476,8 @@ def test_notes_commands_name_a_watched_namespace_and_a_dedicated_login(values, n
     notes = next(text for path, text in out.items() if path.endswith("NOTES.txt"))
     commands = [line.split("kubectl ", 1)[1] for line in notes.splitlines()
                 if re.match(r"\s+(\d\. .*:\s+)?kubectl ", line)]
+    lease = [c for c in commands if " get lease " in c]  # which replica leads: the Lease's namespace
+    assert lease == [f"-n {NAMESPACE} get lease {RELEASE}-agentbox-controller -o jsonpath='{{.spec.holderIdentity}}'"]
+    commands = [c for c in commands if c not in lease]
     assert len(commands) == 4 and all(c.startswith(f"-n {ns} ") for c in commands), commands
     assert "$HOME/.claude" not in notes and "dedicated login" in notes

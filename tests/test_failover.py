@@ -210,18 +210,23 @@ async def test_sigterm_gives_the_lease_up_and_a_standby_serves_liveness(
     leader, standby = leader_of(replicas, world)
     await eventually(leader.first_box_watch, 20, what="the leader's operator running")
 
-    async def healthz(name: str) -> int:
+    async def healthz(name: str) -> tuple[int, str]:
         try:
             async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{ports[name]}/healthz") as resp:
-                return resp.status
+                return resp.status, await resp.text()
         except aiohttp.ClientError:
-            return 0
-    status = 0
-    deadline = time.time() + 20
-    while status != 200 and time.time() < deadline:  # polls the standby's endpoint until it answers
-        status = await healthz(standby.name)
-        await asyncio.sleep(0.2)
-    assert status == 200, "the standby answers the liveness probe"
+            return 0, ""
+
+    async def poll_healthz(name: str, ok: Callable[[int, str], bool]) -> tuple[int, str]:
+        deadline = time.time() + 20
+        status, body = await healthz(name)
+        while not ok(status, body) and time.time() < deadline:  # polls the endpoint until it answers so
+            await asyncio.sleep(0.2)
+            status, body = await healthz(name)
+        return status, body
+
+    status, body = await poll_healthz(standby.name, lambda s, b: s == 200)
+    assert status == 200 and "standby" in body, "the standby answers the liveness probe itself"
     assert standby.acting() == []
 
     leader.proc.terminate()  # SIGTERM
@@ -233,6 +238,9 @@ async def test_sigterm_gives_the_lease_up_and_a_standby_serves_liveness(
     await eventually(standby.first_box_watch, 10, what="the standby's operator running")
     handover = standby.first_box_watch().at - termed  # type: ignore[union-attr]
     assert handover < TIMINGS.lease_duration_s, f"handover {handover:.1f} s: not one retry period, a lease expiry"
+    status, body = await poll_healthz(standby.name, lambda s, b: s == 200 and "standby" not in b)
+    assert status == 200 and "standby" not in body, "kopf serves the liveness endpoint on the same port now"
+    assert standby.proc.poll() is None
 
 
 async def test_a_leader_that_reads_another_holder_exits_at_once(world: World, operator_process, tmp_path: pathlib.Path):

@@ -76,12 +76,13 @@ def keys(world: World, box: str, *args: str) -> None:
 
 async def type_prompt(world: World, box: str, text: str) -> None:
     """Type a prompt the way a person would: text, a pause, then Enter as a separate key — and Enter
-    again when the text still sits in the input a few seconds later (Codex 0.171.0 sometimes drops
+    again while the text still sits in the input (for up to 30 s) (Codex 0.171.0 sometimes drops
     the first Enter while it is still drawing its start-up screen)."""
     keys(world, box, "-l", text)
     await asyncio.sleep(0.5)
     keys(world, box, "Enter")
-    for _ in range(3):
+    deadline = time.monotonic() + 30.0  # a loaded machine slows Codex's start-up drawing
+    while time.monotonic() < deadline:
         await asyncio.sleep(3.0)
         rows = [r.strip() for r in world.screen(box, "main").splitlines() if r.strip()]
         if not any(r in (f"› {text}", f"❯ {text}") for r in rows[-4:]):

@@ -5,6 +5,13 @@ The kill is injected where it would happen: the emulator's pods/exec sees the ca
 cancels every task of the operator's event loop (as SIGKILL would: nothing after that await runs), then
 either drops the call (the step never reached the box) or runs it first (the step happened, the reply is
 lost). A new operator is then started on the same world; it finds the journal in status.tabs[].
+
+Every scenario runs in both terminal modes: `poll` (one exec per tmux command) and `stream` (setting
+`tmux_stream`: the keys travel as command lines of one live `tmux -C` exec stream per box). On the stream the
+same kill point is defined on the command line of the step (`KubeEmulator.stream_faults`): "before" drops the
+line (it never reached tmux), "after" lets tmux run it and kills the operator when tmux's `%end` for it comes,
+before that reply reaches the operator (e.g. the `send-keys ... -l continue` line got its `%end`, the
+operator wrote the Enter step ahead, and died before the Enter line).
 """
 
 from __future__ import annotations
@@ -37,6 +44,31 @@ def ctrl_c(argv: list[str]) -> bool:
 
 def menu_digit(argv: list[str]) -> bool:
     return "send-keys" in argv and any(a.isdigit() and len(a) == 1 for a in argv) and "-l" not in argv
+
+
+MODES = ["poll", "stream"]
+
+
+def use_mode(world: World, mode: str) -> None:
+    """Run the operator in terminal mode `mode` (poll: one exec per tmux command; stream: tmux_stream)."""
+    world.settings = world.settings.model_copy(update={"tmux_stream": mode == "stream"})
+
+
+def inject(world: World, mode: str, fault: ExecFault) -> ExecFault:
+    """Install a kill point on the path the keys take in `mode`: the exec calls or the stream's lines."""
+    (world.kube.stream_faults if mode == "stream" else world.kube.exec_faults).append(fault)
+    return fault
+
+
+async def streaming(world: World, mode: str, box: str = "box-a") -> None:
+    """In stream mode, wait until the box's live tmux stream is attached (the keys then travel on it)."""
+    if mode != "stream":
+        return
+
+    def attached() -> bool:
+        conds = ((world.box(box) or {}).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "TerminalStream" and c["status"] == "True" for c in conds)
+    await eventually(attached, 15, what="the live tmux stream attached")
 
 
 async def claude_box(world: World, reset_in: float, *agent_args: str) -> float:
@@ -80,13 +112,16 @@ CLAUDE_POINTS = {
 }
 
 
+@pytest.mark.parametrize("terminal", MODES)
 @pytest.mark.parametrize("point", sorted(CLAUDE_POINTS))
-async def test_claude_continue_killed_at_each_step_is_sent_exactly_once(world: World, point: str):
+async def test_claude_continue_killed_at_each_step_is_sent_exactly_once(world: World, point: str, terminal: str):
     match, when, mode, skip = CLAUDE_POINTS[point]
-    fault = ExecFault(mode=mode, pod="box-a", match=match, when=when, skip=skip, on_match=world.kill_operator_now)
-    world.kube.exec_faults.append(fault)
+    use_mode(world, terminal)
+    fault = inject(world, terminal, ExecFault(mode=mode, pod="box-a", match=match, when=when, skip=skip,
+                                              on_match=world.kill_operator_now))
     world.start_operator()
     await claude_box(world, 6.0)
+    await streaming(world, terminal)
     await kill_and_restart(world, fault, 40)
     await eventually(lambda: submits(world, "box-a", "main"), 30, what="continue after the restart")
     await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "Working", 15, what="Working")
@@ -107,13 +142,16 @@ CODEX_POINTS = {
 }
 
 
+@pytest.mark.parametrize("terminal", MODES)
 @pytest.mark.parametrize("point", sorted(CODEX_POINTS))
-async def test_codex_restart_killed_at_each_step_is_completed_exactly_once(world: World, point: str):
+async def test_codex_restart_killed_at_each_step_is_completed_exactly_once(world: World, point: str, terminal: str):
     match, when, mode, skip = CODEX_POINTS[point]
-    fault = ExecFault(mode=mode, pod="box-a", match=match, when=when, skip=skip, on_match=world.kill_operator_now)
-    world.kube.exec_faults.append(fault)
+    use_mode(world, terminal)
+    fault = inject(world, terminal, ExecFault(mode=mode, pod="box-a", match=match, when=when, skip=skip,
+                                              on_match=world.kill_operator_now))
     world.start_operator()
     await codex_box(world, 6.0)
+    await streaming(world, terminal)
     await kill_and_restart(world, fault, 40)
     await eventually(lambda: submits(world, "box-a", "main"), 40, what="continue after the restart")
     await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "Working", 15, what="Working")
@@ -124,13 +162,17 @@ async def test_codex_restart_killed_at_each_step_is_completed_exactly_once(world
     assert "PromptNotEmpty" not in [e["reason"] for e in world.events("box-a")]
 
 
+@pytest.mark.parametrize("terminal", MODES)
 @pytest.mark.parametrize("when", ["before", "after"])
-async def test_menu_answer_killed_is_answered_once_then_resumed_once(world: World, when: str):
-    fault = ExecFault(mode="drop" if when == "before" else "pass", pod="box-a", match=menu_digit, when=when,
-                      on_match=world.kill_operator_now)
-    world.kube.exec_faults.append(fault)
+async def test_menu_answer_killed_is_answered_once_then_resumed_once(world: World, when: str, terminal: str):
+    use_mode(world, terminal)
+    fault = inject(world, terminal, ExecFault(mode="drop" if when == "before" else "pass", pod="box-a",
+                                              match=menu_digit, when=when, on_match=world.kill_operator_now))
     world.start_operator()
-    await claude_box(world, 8.0, "--menu", "--menu-upgrade-first")
+    # The agent works first and opens the menu 4 s in: time for the stream to attach.
+    await claude_box(world, 10.0, "--menu", "--menu-upgrade-first", "--start-working", "--limit-at",
+                     str(time.time() + 4))
+    await streaming(world, terminal)
     await kill_and_restart(world, fault, 30)
     await eventually(lambda: submits(world, "box-a", "main"), 30, what="continue after the restart")
     await asyncio.sleep(world.settings.settle_s + 2)
@@ -139,13 +181,16 @@ async def test_menu_answer_killed_is_answered_once_then_resumed_once(world: Worl
     assert submits(world, "box-a", "main") == ["continue"]
 
 
-async def test_a_human_draft_after_a_kill_is_left_intact(world: World):
+@pytest.mark.parametrize("terminal", MODES)
+async def test_a_human_draft_after_a_kill_is_left_intact(world: World, terminal: str):
     """Killed before our `continue` was typed; meanwhile a human typed a line: the restarted controller
     sends nothing and asks a human (the draft is theirs, not ours)."""
-    fault = ExecFault(mode="drop", pod="box-a", match=typed("continue"), on_match=world.kill_operator_now)
-    world.kube.exec_faults.append(fault)
+    use_mode(world, terminal)
+    fault = inject(world, terminal, ExecFault(mode="drop", pod="box-a", match=typed("continue"),
+                                              on_match=world.kill_operator_now))
     world.start_operator()
     await claude_box(world, 5.0)
+    await streaming(world, terminal)
     await eventually(lambda: fault.hits, 40, what="the kill point")
     await world.kill_operator()
     world.tmux("box-a", "send-keys", "-t", "=agentbox:main", "-l", "fix the parser and")
@@ -177,16 +222,18 @@ async def test_restarted_after_the_deadline_acts_in_its_first_pass(world: World)
     assert submits(world, "box-a", "main") == ["continue"]
 
 
+@pytest.mark.parametrize("terminal", MODES)
 @pytest.mark.parametrize("point", ["before-first-ctrl-c", "after-second-ctrl-c"])
-async def test_codex_switch_killed_midway_is_completed_once(world: World, point: str):
+async def test_codex_switch_killed_midway_is_completed_once(world: World, point: str, terminal: str):
     """Rotation moves a limited Codex box to another subscription (Ctrl-C twice, new auth.json, relaunch,
     continue). Killed mid-switch, the restarted controller finds status.switch and completes it: the new
     login in place, the agent relaunched once, one continue on the new account."""
     from tests.test_rotation_scenarios import sub_state
 
     skip, when, mode = (0, "before", "drop") if point == "before-first-ctrl-c" else (1, "after", "pass")
-    fault = ExecFault(mode=mode, pod="box", match=ctrl_c, when=when, skip=skip, on_match=world.kill_operator_now)
-    world.kube.exec_faults.append(fault)
+    use_mode(world, terminal)
+    fault = inject(world, terminal, ExecFault(mode=mode, pod="box", match=ctrl_c, when=when, skip=skip,
+                                              on_match=world.kill_operator_now))
     world.start_operator()
     # Both subscriptions look available: the switch is triggered by the limit line itself, once the tab shows it.
     for name, five in (("a", 10.0), ("b", 10.0)):
@@ -216,3 +263,22 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     assert [e.get("argv") for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
     status = (world.box("box") or {}).get("status") or {}
     assert status.get("subscription") == "b" and "switch" not in status
+
+
+@pytest.mark.parametrize("point", ["typed-continue", "enter"])
+async def test_stream_cut_after_a_key_reached_tmux_sends_it_once(world: World, point: str):
+    """The live tmux stream is cut (the controller lives on) after tmux ran a key command and before its
+    `%end` came back: the controller does not know whether the keys arrived, so it must not send them again
+    over the one-shot exec; the journal is completed from the screen instead (exactly one `continue`)."""
+    use_mode(world, "stream")
+    match = typed("continue") if point == "typed-continue" else enter
+    fault = inject(world, "stream", ExecFault(mode="cut", pod="box-a", match=match, when="after"))
+    world.start_operator()
+    await claude_box(world, 6.0)
+    await streaming(world, "stream")
+    await eventually(lambda: fault.hits, 30, what="the cut")
+    await eventually(lambda: submits(world, "box-a", "main"), 30, what="continue after the cut")
+    await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "Working", 15, what="Working")
+    await asyncio.sleep(world.settings.settle_s + 2)
+    assert submits(world, "box-a", "main") == ["continue"], "exactly one continue"
+    assert "journal" not in tab_status(world, "box-a", "main")

@@ -77,11 +77,13 @@ class ControlError(RuntimeError):
     """A control-mode command could not be answered; ``reason``: ``"closed"`` (the stream ended),
     ``"timeout"``, ``"output_too_large"``, ``"protocol"`` (the stream broke the protocol: forged or
     out-of-step blocks), ``"flood"`` (more bytes than the rate bound) or ``"unquotable"`` (an argument
-    tmux's parser cannot carry)."""
+    tmux's parser cannot carry). ``sent``: the command was written to the stream (tmux may have run it; its
+    reply never came), so running it again elsewhere could run it twice."""
 
-    def __init__(self, message: str, reason: str) -> None:
+    def __init__(self, message: str, reason: str, sent: bool = False) -> None:
         super().__init__(message)
         self.reason = reason
+        self.sent = sent
 
 
 @dataclass
@@ -216,14 +218,17 @@ class ControlClient:
                 await self.stream.write(("\n".join(lines) + "\n").encode())
             except Exception:
                 self._fail_all("closed")
-                raise ControlError("control stream closed", "closed") from None
+                # a failed write may still have delivered part of it: counted as sent
+                raise ControlError("control stream closed", "closed", sent=True) from None
         try:
             async with asyncio.timeout(timeout):
                 return list(await asyncio.gather(*(p.future for p in pending)))[:-1]
         except TimeoutError:
             # the replies may still come: an out-of-step stream cannot be trusted any more
             await self.aclose("timeout")
-            raise ControlError("control command timed out", "timeout") from None
+            raise ControlError("control command timed out", "timeout", sent=True) from None
+        except ControlError as exc:  # the stream ended while waiting: tmux may have run the command
+            raise ControlError(str(exc), exc.reason, sent=True) from None
 
     def take_dirty(self) -> tuple[set[str], bool]:
         """Return and clear (changed panes, tab list changed)."""
@@ -278,6 +283,8 @@ class ControlClient:
             while (item := await self.stream.read()) is not None:
                 if item[0] == 1:
                     self._feed(item[1])
+                elif not self._account(len(item[1])):  # stderr is dropped, but counts towards the bound
+                    self._violation("flood")
                 if self.exit_reason is not None:
                     reason = self.exit_reason
                     break
@@ -301,16 +308,19 @@ class ControlClient:
             if not p.future.done():
                 p.future.set_exception(ControlError("control stream out of step", reason))
 
-    def _feed(self, data: bytes) -> None:
-        """Split ``data`` into lines (linear in its size: no copy of the rest per line)."""
-        self.received += len(data)
+    def _account(self, size: int) -> bool:
+        """Count ``size`` bytes read; False when the window's total is over ``max_rate``."""
+        self.received += size
         now = time.monotonic()
         since, count = self._window
         if now - since > self.rate_window_s:
             since, count = now, 0
-        count += len(data)
-        self._window = (since, count)
-        if count > self.max_rate:
+        self._window = (since, count + size)
+        return count + size <= self.max_rate
+
+    def _feed(self, data: bytes) -> None:
+        """Split ``data`` into lines (linear in its size: no copy of the rest per line)."""
+        if not self._account(len(data)):
             self._violation("flood")
             return
         lines = data.split(b"\n")  # one C-level pass; the last item is the unfinished line

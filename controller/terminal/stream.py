@@ -57,6 +57,8 @@ class BoxStream:
             over ``max_rate`` bytes in 10 s, commands unanswered, a list of tabs never answered: not tmux)
             after which streaming is given up for this pod and the caller polls.
         max_tabs: most panes followed (a longer tab list is cut; the watcher's own list is unaffected).
+        min_wake_s: least seconds between two ``on_change`` calls (later changes are gathered into one
+            call at the end of that time).
     Attributes:
         unavailable: why control mode cannot be used (``"no tmux"``, ``"tmux 3.1 is older than 3.2"``,
             ``"the tmux control stream failed 5 times in a row (forged or out-of-step replies)"``), else
@@ -71,7 +73,7 @@ class BoxStream:
                  on_change: Callable[[], None] = lambda: None, debounce_s: float = 0.2,
                  backoff_s: tuple[float, float] = (1.0, 60.0), command_timeout_s: float = 10.0,
                  max_output: int = 1024 * 1024, keepalive_s: float = 30.0, max_failures: int = 5,
-                 max_rate: int = 8 * 1024 * 1024, max_tabs: int = 1000) -> None:
+                 max_rate: int = 8 * 1024 * 1024, max_tabs: int = 1000, min_wake_s: float = 1.0) -> None:
         self.open_fn = open_fn
         self.exec_fn = exec_fn
         self.classify = classify
@@ -84,6 +86,10 @@ class BoxStream:
         self.max_failures = max_failures
         self.max_rate = max_rate
         self.max_tabs = max_tabs
+        self.min_wake_s = min_wake_s
+        self._last_wake = float("-inf")
+        self._deferred: asyncio.TimerHandle | None = None
+        self._tabs_key: tuple[tuple[str, str, str], ...] | None = None
         self.failures = 0
         self.last_failure: str | None = None
         self.unavailable: str | None = None
@@ -91,6 +97,7 @@ class BoxStream:
         self.screens: dict[str, str] = {}
         self.keys: dict[str, Hashable] = {}
         self.opened = 0
+        self.capturing: set[str] = set()
         self._checked = False
         self._task: asyncio.Task[None] | None = None
 
@@ -99,6 +106,13 @@ class BoxStream:
         """The control client is attached now."""
         return self.client is not None and not self.client.closed.is_set()
 
+    def fresh(self, pane: str) -> bool:
+        """The cached screen of `pane` is current: tmux reported no output since it was captured (a pane with
+        output not captured yet is read live, so a pass right after our keys never sees the screen before them)."""
+        client = self.client
+        return (pane in self.screens and pane not in self.capturing
+                and (client is None or pane not in client.dirty))
+
     def start(self) -> None:
         """Start the connect-and-follow loop (idempotent)."""
         if self._task is None or self._task.done():
@@ -106,6 +120,9 @@ class BoxStream:
 
     async def aclose(self) -> None:
         """Stop following and detach."""
+        if self._deferred is not None:
+            self._deferred.cancel()
+            self._deferred = None
         if self._task is not None:
             self._task.cancel()
             try:
@@ -172,7 +189,7 @@ class BoxStream:
                     log.warning("tmux stream given up: %s", self.unavailable)
                     self.on_change()
                     return
-                self.on_change()  # down: the watcher polls meanwhile
+                self._wake()  # down: the watcher polls meanwhile
                 if time.monotonic() - started > 60:
                     delay = self.backoff_s[0]
             await asyncio.sleep(delay * (0.5 + random.random()))
@@ -200,12 +217,17 @@ class BoxStream:
                 await client.pause_panes(set(client.dirty))
             await asyncio.sleep(self.debounce_s)
             dirty, tabs_changed = client.take_dirty()
+            self.capturing = set(dirty)  # their cached screens are older than their output: not served
             if tabs_changed or first:
                 result = await self.command(tmux.list_tabs_argv())
                 if result.rc != 0:  # the session is gone
                     raise ControlError("session not found", "closed")
-                tabs = tmux.parse_tabs(result.stdout)[0]
-                panes = {t.pane_id for t in tabs[:self.max_tabs]}
+                tabs = tmux.parse_tabs(result.stdout)[0][:self.max_tabs]
+                tabs_key = tuple((t.id, t.name, t.pane_id) for t in tabs)
+                if tabs_key == self._tabs_key:
+                    tabs_changed = False  # a layout change, a rename back and forth: nothing to tell
+                self._tabs_key = tabs_key
+                panes = {t.pane_id for t in tabs}
                 client.known = frozenset(panes)
                 client.paused &= panes
                 for gone in set(self.screens) - panes:
@@ -223,7 +245,7 @@ class BoxStream:
                     if exc.reason != "output_too_large":
                         raise
                     self.screens.pop(pane, None)  # not cached: the watcher's own capture reports it
-                    self.on_change()
+                    self._wake()
                     continue
                 if not reply[0].ok:
                     continue
@@ -233,8 +255,25 @@ class BoxStream:
                 if self.keys.get(pane, None) != key or pane not in self.keys:
                     notify = True
                 self.keys[pane] = key
+            self.capturing = set()
             if notify:
+                self._wake()
+
+    def _wake(self) -> None:
+        """Call ``on_change`` now, or once ``min_wake_s`` after the last call (a box whose screens or tabs
+        change all the time wakes its watcher, whose pass costs API requests, at most once a
+        ``min_wake_s``; polling passes every ``scan_interval_s``)."""
+        now = time.monotonic()
+        wait = self._last_wake + self.min_wake_s - now
+        if wait <= 0:
+            self._last_wake = now
+            self.on_change()
+        elif self._deferred is None:
+            def later() -> None:
+                self._deferred = None
+                self._last_wake = time.monotonic()
                 self.on_change()
+            self._deferred = asyncio.get_running_loop().call_later(wait, later)
 
     async def command(self, argv: list[str]) -> _Result:
         """Run a ``tmux`` argv over the stream: stdout the output lines of every command, rc 0 when all
@@ -248,6 +287,16 @@ class BoxStream:
         out = "".join(line + "\n" for r in replies if r.ok for line in r.lines)
         err = "".join(line + "\n" for r in replies if not r.ok for line in r.lines)
         return _Result(out, err, 0 if all(r.ok for r in replies) else 1)
+
+
+_READ_ONLY = frozenset({"capture-pane", "list-windows", "list-panes", "list-sessions", "list-clients",
+                        "display-message", "has-session", "show-options", "show-window-options"})
+
+
+def _read_only(argv: list[str]) -> bool:
+    """True when every command of a ``tmux`` argv (split on ``";"``) only reads (safe to run twice)."""
+    heads = [w for i, w in enumerate(argv) if i == 1 or (i > 1 and argv[i - 1] == ";")]
+    return bool(heads) and all(h in _READ_ONLY for h in heads)
 
 
 class StreamTerminal(BoxTerminal):
@@ -267,7 +316,12 @@ class StreamTerminal(BoxTerminal):
         if argv and argv[0] == "tmux" and self.stream.connected:
             try:
                 result: ExecResultLike = await self.stream.command(argv)
-            except ControlError:
+            except ControlError as exc:
+                if exc.sent and not _read_only(argv):
+                    # tmux may have run it (the stream broke before the reply): sending the keys again over
+                    # the exec could type them twice. The pass fails; the tab's journal (written ahead) is
+                    # completed from the screen on the next pass.
+                    raise
                 result = await self._exec(argv)
             if check and result.rc != 0:
                 from controller.terminal.session import TmuxCommandFailed
@@ -279,7 +333,7 @@ class StreamTerminal(BoxTerminal):
         """Screens of every tab: cached for panes the live stream follows, captured for the others."""
         if not self.stream.connected:
             return await super().capture_all(tabs)
-        cached = {t.id: self.stream.screens[t.pane_id] for t in tabs if t.pane_id in self.stream.screens}
+        cached = {t.id: self.stream.screens[t.pane_id] for t in tabs if self.stream.fresh(t.pane_id)}
         missing = [t for t in tabs if t.id not in cached]
         if missing:
             cached.update(await super().capture_all(missing))
