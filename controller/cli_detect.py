@@ -19,8 +19,9 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from controller.agents.base import PROFILES, UnknownAgent, detect
-from controller.domain.signals import merge, redact
+from controller.agents.registry import PROFILES, UnknownAgent, detect
+from controller.domain.signals import merge
+from controller.redact import redact
 from controller.domain.types import Usage
 from controller.domain.detection import InvalidPattern, compile_user_pattern
 

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from controller import constants as C
 from controller import metrics
+from controller.agents.registry import get_adapter, provider_of
 from controller.conditions import rfc3339, set_condition
 from controller.domain.resume import (
     Action, Journal, JournalAction, Phase, Recovery, ResumeConfig, Step, TabPlan, TabRecord, after_usage, limit_key,
@@ -28,11 +29,12 @@ from controller.domain.resume import (
 from controller.domain.signals import last_lines, merge
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
 from controller.domain.types import Detection, LimitKind, TabState, plausible_reset
-from controller.kube.exec import owned_exec
+from controller.kube.exec import owned_exec, owned_exec_open
 from controller.kube.objects import NotOwned, box_container, make_box_secret, owned_by, pod_name
-from controller.models import AgentBoxSpec, SubscriptionSpec
+from controller.models import AgentBoxSpec
 from controller.redact import STATUS_MESSAGE_MAX, bounded
 from controller.service import boxfiles
+from controller.service.loginload import load_login_of
 from controller.runtime import Runtime
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
 from controller.terminal.stream import BoxStream, StreamTerminal
@@ -181,11 +183,12 @@ class BoxWatcher:
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
         self._stream_warned: str | None = None   # pod uid whose unusable stream was reported (one Event)
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
-        self._structured_seen: tuple[int, datetime, Any] | None = None  # (screens hash, read at, result)
+        self._structured_seen: tuple[int, datetime, Any] | None = None  # (tab states hash, read at, result)
         self._body: dict[str, Any] = {}
         self._spec: AgentBoxSpec | None = None
         self._status_lock = asyncio.Lock()   # status snapshots reach the API server in the order taken
         self._out_of_date: str | None = None
+        self._replacing: tuple[str, str] | None = None  # (Ready reason, message) of the pod being replaced
         self._pending_switch: dict[str, Any] | None = None  # status.switch found at start: completed first  # PodOutOfDate message while the pod predates spec.template
 
     async def aclose(self) -> None:
@@ -215,7 +218,7 @@ class BoxWatcher:
             return healing
         container = box_container((pod or {}).get("spec") or {}, spec.container) if pod else None
         view = box_container_view(pod, pod_name(self.name), container)
-        if spec.agent not in C.SUPPORTED_SUBSCRIPTION_AGENTS or not spec.subscription:
+        if provider_of(spec.agent) is None or not spec.subscription:
             # Limit features are off for this agent: Ready still needs the running container and its session.
             session = await self._session_exists(pod, container) if view.running and pod and container else None
             if pod:  # no pod yet: the reconcile owns Ready
@@ -299,6 +302,9 @@ class BoxWatcher:
             stalled = stall_plan(plan.record, det, self.seen[tab.name][1], now, s.stall_s, last_lines(screen))
             if stalled is not None:
                 plan = stalled
+            elif det.state in (TabState.WORKING, TabState.UNKNOWN):
+                # On the live stream an unchanged screen wakes nothing: the stall instant is a deadline.
+                wake.append(self.seen[tab.name][1] + timedelta(seconds=s.stall_s))
             plan = self._apply_annotations(plan, det, annotations, now)
             plans[tab.name] = await self._act(term, tab, spec, det, plan, body, tz, patterns)
             self.records[tab.name] = plans[tab.name].record
@@ -314,7 +320,10 @@ class BoxWatcher:
         await self._write_status(body, spec, tabs, self.sub_problem)
 
         live = self.stream is not None and self.stream.connected
-        return next_pass_in(wake, self.rt.clock(), s.stream_rescan_s if live else s.scan_interval_s)
+        rescan = s.stream_rescan_s if live else s.scan_interval_s
+        if self._out_of_date:  # a pod update waits for idle tabs, judged from this pass's records by the next
+            rescan = min(rescan, s.scan_interval_s)
+        return next_pass_in(wake, self.rt.clock(), rescan)
 
     # ------------------------------------------------------------------ the live tmux stream
     def _terminal(self, pod: dict[str, Any], container: str, agent: str, tz: str, patterns: list[Any]) -> BoxTerminal:
@@ -346,38 +355,27 @@ class BoxWatcher:
         return StreamTerminal(exec_fn, self.stream, s.send_pause_s)
 
     def _open_fn(self, pod: dict[str, Any], container: str):
-        """Open a long-lived exec in the box's own pod (ownership proven first, as `owned_exec`)."""
-        from controller.kube.objects import require_owned
-
-        require_owned(pod, self._uid, "Pod", self.name)
-        meta = pod.get("metadata") or {}
-        namespace, name, open_ = meta.get("namespace"), meta.get("name"), self.rt.exec_open
-
-        async def run(argv: list[str]) -> Any:
-            try:
-                stream = await open_(namespace, name, container, argv)
-            except Exception:
-                metrics.EXEC_CALLS.labels("error").inc()
-                raise
-            metrics.EXEC_CALLS.labels("stream").inc()
-            return stream
-        return run
+        """Open a long-lived exec in the box's own pod (`owned_exec_open`: ownership proven, counted)."""
+        return owned_exec_open(self.rt.exec_open, pod, self._uid, self.name, container)
 
     # ------------------------------------------------------------------ structured signals (level 1)
     async def _structured(self, term: BoxTerminal, spec: AgentBoxSpec, dets: dict[str, Detection],
                           now: datetime, screens: dict[str, str] | None = None) -> dict[str, Detection]:
         """Merge the agent's own machine-readable usage (Claude Code statusline input, Codex rollout
         `token_count` events) into the screen detections. Read only when a tab is not visibly busy; on the
-        live stream, only when a screen changed since the last read (the agents write these files as they
-        draw), else the last read is reused."""
+        live stream, only when a tab stopped (the tabs' detected states changed since the last read: the
+        agents write these files when a turn ends) or the last read is `stream_rescan_s` old, else the
+        last read is reused."""
         if not any(d.state in (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN) for d in dets.values()):
             return dets
         from controller.service.boxfiles import read_structured
 
-        digest = hash(tuple(sorted((screens or {}).items())))
+        digest = hash(tuple(sorted((name, d.state, d.kind, limit_key(d) if d.state == TabState.RATE_LIMITED
+                                    else None) for name, d in dets.items())))
         seen = self._structured_seen
         reuse = (isinstance(term, StreamTerminal) and term.stream.connected and seen is not None
-                 and seen[0] == digest)
+                 and seen[0] == digest
+                 and (now - seen[1]).total_seconds() < self.rt.settings.stream_rescan_s)
         problems: list[str] = []
         try:
             if reuse:
@@ -397,9 +395,9 @@ class BoxWatcher:
     async def _subscriptions(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
                              inputs: dict[str, datetime], spec: AgentBoxSpec, body: dict[str, Any], now: datetime) -> None:
         """Apply rotation (switch on a trigger) and the reserve (stop, then restore) for this box."""
-        provider = C.SUPPORTED_SUBSCRIPTION_AGENTS[spec.agent]
+        provider = get_adapter(spec.agent).provider
         rot = spec.when_agent_stops.rotation
-        subs = [candidate_from(o) for o in await self.rt.kube.list_custom(C.SUBSCRIPTION_PLURAL, self.namespace)]
+        subs = [candidate_from(o) for o in await self.rt.kube.list_custom_shared(C.SUBSCRIPTION_PLURAL, self.namespace)]
         current = self.current or spec.subscription
         cur = next((c for c in subs if c.name == current), None)
         self._absorb_pre_switch_limits(dets, current, now)
@@ -450,33 +448,18 @@ class BoxWatcher:
         return True
 
     async def _login_text(self, subscription: str) -> tuple[str, str, Any] | None:
-        """(provider, login file text, parsed Login) of a subscription; None when unusable."""
-        sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, subscription)
-        if not sub:
+        """(provider, login file text, parsed Login) of a subscription; None when unusable
+        (:func:`controller.service.loginload.load_login_of`)."""
+        loaded = await load_login_of(self.rt.kube, self.namespace, subscription)
+        if not loaded.usable:
             return None
-        try:
-            sub_spec = SubscriptionSpec.model_validate(sub.get("spec") or {})
-        except ValidationError:
-            return None
-        ref = sub_spec.credentials_secret_ref
-        _, text = await self.rt.kube.get_secret_value(self.namespace, ref.name, ref.key)
-        if text is None:
-            return None
-        from controller.providers.credentials import InvalidLogin, parse_login
-
-        try:
-            login = parse_login(sub_spec.provider, text)
-        except InvalidLogin:
-            return None
-        return sub_spec.provider, text, login
+        return loaded.provider, loaded.text, loaded.login
 
     async def _install_login(self, term: BoxTerminal, spec: AgentBoxSpec, body: dict[str, Any], text: str) -> None:
         """Write a login into the box credentials Secret and the agent's live login file."""
-        from controller.agents.base import get_profile
-
-        profile = get_profile(spec.agent)
-        await self.rt.kube.ensure_secret(make_box_secret(body, profile.credential_secret_key or "credentials.json", text))
-        await boxfiles.write_login(term.exec_fn, profile, text)
+        adapter = get_adapter(spec.agent)
+        await self.rt.kube.ensure_secret(make_box_secret(body, adapter.secret_key or "credentials.json", text))
+        await boxfiles.write_login(term.exec_fn, adapter, text)
 
     async def _switch(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
                       inputs: dict[str, datetime], spec: AgentBoxSpec, body: dict[str, Any],
@@ -494,14 +477,13 @@ class BoxWatcher:
         journal = {"to": new, "fromSubscription": old, "step": "StopAgents", "startedAt": rfc3339(now),
                    "tabs": [t.name for t in limited][:64], "reason": bounded(str(leave.reason), 1024)}
         await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, {"switch": journal})
-        if spec.agent == "codex":
+        adapter = get_adapter(spec.agent)
+        if adapter.exit_before_login_switch:
             # A running Codex refuses another account's auth.json: stop the limited agents first.
             for tab in limited:
                 if not self._safe(tab, dets[tab.name], inputs, now):
                     continue
-                await term.press(tab.pane_id, "C-c")
-                await asyncio.sleep(self.rt.settings.send_pause_s)
-                await term.press(tab.pane_id, "C-c")
+                await self._press_keys(term, tab.pane_id, adapter.interrupt_keys)
         await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name,
                                         {"switch": {**journal, "step": "InstallLogin"}})
         await self._install_login(term, spec, body, login[1])
@@ -573,10 +555,11 @@ class BoxWatcher:
         """The first limit line a tab shows after a switch, before it was seen working again, was
         printed on the old subscription (the capture of the switch's pass missed it): it is answered
         by that switch, not counted as the new subscription's limit (no flip-flop to a third one).
-        A tab seen working or idle since the switch has run on the new login: its later limits count."""
+        A tab seen working since the switch has run on the new login: its later limits count. An idle
+        screen proves nothing (the live stream sees an agent's screen half painted, before its limit line)."""
         for name in list(self.pre_switch):
             det = dets.get(name)
-            if det is None or det.state in (TabState.WORKING, TabState.IDLE):
+            if det is None or det.state == TabState.WORKING:
                 self.pre_switch.discard(name)
             elif det.state == TabState.RATE_LIMITED and det.kind in (LimitKind.USAGE, LimitKind.CREDITS):
                 self.pre_switch.discard(name)
@@ -595,8 +578,7 @@ class BoxWatcher:
     async def _reserve_stop(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
                             spec: AgentBoxSpec, cur: Candidate) -> None:
         """Esc to the agents, remove the box's login file, print the stop line in each tab."""
-        from controller.agents.base import get_profile
-
+        adapter = get_adapter(spec.agent)
         sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, cur.name) or {}
         reserve = ((sub.get("spec") or {}).get("reserve") or {})
         five, week = reserve.get("fiveHourPercent", 0), reserve.get("weeklyPercent", 0)
@@ -610,7 +592,7 @@ class BoxWatcher:
         self._reserve_pending = {tab.name for tab in tabs if tab.at_shell}
         for tab in tabs:
             if not tab.at_shell:
-                await term.press(tab.pane_id, "Escape")
+                await self._press_keys(term, tab.pane_id, adapter.stop_keys)
             rec = self.records.get(tab.name) or TabRecord(tab.name)  # type: ignore[union-attr]
             # Esc went to a running agent: it counts as stopped by the reserve (resumed at the lift)
             # unless its screen showed it idle or waiting on a human. An agent that had not painted a
@@ -619,7 +601,7 @@ class BoxWatcher:
                 TabState.WORKING, TabState.RATE_LIMITED, TabState.UNKNOWN)
             self.records[tab.name] = replace(rec, stopped_by_reserve=busy)  # type: ignore[index]
         try:
-            await boxfiles.remove_login(term.exec_fn, get_profile(spec.agent))
+            await boxfiles.remove_login(term.exec_fn, adapter)
         except boxfiles.BoxFileError as exc:
             log.warning("Box %s/%s: %s", self.namespace, self.name, exc)
         for tab in tabs:
@@ -687,18 +669,8 @@ class BoxWatcher:
                                             {"conditions": new, "state": "Error"})
 
     def _exec_fn(self, pod: dict[str, Any], container: str):
-        """Exec into the box's own pod (ownership proven by `owned_exec`), counted in metrics."""
-        bound = owned_exec(self.rt.exec, pod, self._uid, self.name, container)
-
-        async def run(argv: list[str], stdin: str | None = None):
-            try:
-                result = await (bound(argv, stdin=stdin) if stdin is not None else bound(argv))
-            except Exception:
-                metrics.EXEC_CALLS.labels("error").inc()
-                raise
-            metrics.EXEC_CALLS.labels("ok" if result.rc == 0 else "nonzero").inc()
-            return result
-        return run
+        """Exec into the box's own pod (`owned_exec`: ownership proven, counted in metrics)."""
+        return owned_exec(self.rt.exec, pod, self._uid, self.name, container)
 
     def _ignore(self, source: str, reason: str, messages: list[str]) -> None:
         """Record the invalid inputs of one source (patterns, annotations, box files) for the
@@ -744,7 +716,7 @@ class BoxWatcher:
         return out
 
     def _detect(self, agent: str, screen: str, now: datetime, tz: str, patterns: list[Any]) -> Detection:
-        from controller.agents.base import detect
+        from controller.agents.registry import detect
 
         return detect(agent, screen, now, tz, patterns)
 
@@ -831,21 +803,19 @@ class BoxWatcher:
         # Write-ahead: every tab is marked as being resumed for its limit event, with the journal of the
         # action at its first step, before any key is sent. A controller restarted mid-way completes the
         # journal from the step it reached (never twice, never zero).
-        from controller.agents.base import get_profile
-
-        profile = get_profile(spec.agent)
-        action = JournalAction.RESTART if profile.restart_argv else JournalAction.CONTINUE
+        adapter = get_adapter(spec.agent)
+        action = JournalAction.RESTART if adapter.restart_argv else JournalAction.CONTINUE
         for tab in sending:
             rec = out[tab.name].record
             self.records[tab.name] = replace(  # type: ignore[index]
-                rec, journal=start_journal(action, now, rec.sent_for, profile.continue_text))
+                rec, journal=start_journal(action, now, rec.sent_for, adapter.continue_text))
         await self._flush()
-        if profile.restart_argv:
+        if adapter.restart_argv:
             results = await asyncio.gather(*(
                 self._perform(term, tab, spec.agent, tz, patterns, self.records[tab.name].journal,  # type: ignore[arg-type,index]
                               written=True) for tab in sending))
         else:
-            results = await self._continue_batch(term, sending, profile.continue_text)
+            results = await self._continue_batch(term, sending, adapter.continue_text)
         for tab, (ok, how) in zip(sending, results):
             metrics.RESUMES.labels(self.namespace, self.name, spec.agent, "ok" if ok else "no_effect").inc()
             nxt = out[tab.name]
@@ -894,7 +864,7 @@ class BoxWatcher:
 
     async def _fresh_usage(self, spec: AgentBoxSpec, recs: list[TabRecord]):
         """The subscription's usage read after every given tab's reset instant (None when unreadable)."""
-        provider = C.SUPPORTED_SUBSCRIPTION_AGENTS[spec.agent]
+        provider = get_adapter(spec.agent).provider
         current = self.current or spec.subscription or ""
         try:
             found = await self._login_text(current)
@@ -918,12 +888,17 @@ class BoxWatcher:
     async def _resume(self, term: BoxTerminal, tab: Any, agent: str, tz: str, patterns: list[Any],
                       for_key: str | None = None) -> tuple[bool, str]:
         """Send the agent's resume keys as a journaled action; returns (the tab moved on, what was done)."""
-        from controller.agents.base import get_profile
-
-        profile = get_profile(agent)
-        action = JournalAction.RESTART if profile.restart_argv else JournalAction.CONTINUE
-        journal = start_journal(action, self.rt.clock(), for_key, profile.continue_text)
+        adapter = get_adapter(agent)
+        action = JournalAction.RESTART if adapter.restart_argv else JournalAction.CONTINUE
+        journal = start_journal(action, self.rt.clock(), for_key, adapter.continue_text)
         return await self._perform(term, tab, agent, tz, patterns, journal)
+
+    async def _press_keys(self, term: BoxTerminal, pane_id: str, keys: tuple[str, ...]) -> None:
+        """Press the adapter's keys in order, the send pause between two."""
+        for i, key in enumerate(keys):
+            if i:
+                await asyncio.sleep(self.rt.settings.send_pause_s)
+            await term.press(pane_id, key)
 
     async def _flush(self) -> None:
         """Write the current records to status now (a write-ahead point)."""
@@ -947,12 +922,11 @@ class BoxWatcher:
         Raises whatever the exec or the status write raises; the journal then stays in status and the
         next pass (or a restarted controller) completes it from the step it reached.
         """
-        from controller.agents.base import get_profile
         from controller.terminal import tmux
 
-        profile = get_profile(agent)
-        restart_argv = list(profile.restart_argv or [])
-        text = journal.text or profile.continue_text
+        adapter = get_adapter(agent)
+        restart_argv = list(adapter.restart_argv or [])
+        text = journal.text or adapter.continue_text
         s = self.rt.settings
         rec = (self.records or {}).get(tab.name) or TabRecord(tab.name)
         self.records[tab.name] = replace(rec, journal=journal)  # type: ignore[index]
@@ -974,11 +948,9 @@ class BoxWatcher:
             if i:
                 await self._advance([tab.name], step)
             if step == Step.INTERRUPT:
-                await term.press(tab.pane_id, "C-c")
-                await asyncio.sleep(s.send_pause_s)
-                await term.press(tab.pane_id, "C-c")
+                await self._press_keys(term, tab.pane_id, adapter.interrupt_keys)
                 if not await term.wait_until(at_shell, s.restart_timeout_s):
-                    return False, "pressed Ctrl-C twice but the agent did not exit"
+                    return False, f"pressed {'+'.join(adapter.interrupt_keys)} but the agent did not exit"
             elif step == Step.RELAUNCH:
                 # One tmux call (text, then Enter): a shell takes no paste, and the step is then all or nothing.
                 await term.run(tmux.send_text_argv(tab.pane_id, shlex.join(restart_argv))
@@ -1122,6 +1094,7 @@ class BoxWatcher:
             if await self.rt.kube.delete_pod(self.namespace, name, uid):
                 self.post_event("Warning" if decision.reason == C.R_POD_FAILED else "Normal",
                                 "ReplacingPod" if decision.reason == C.R_POD_FAILED else "RecreatingPod", message)
+                self._replacing = (decision.reason, message.removesuffix("; replacing it"))
         elif decision.action == "create":
             from controller.service.boxes import reconcile_box
 
@@ -1129,7 +1102,13 @@ class BoxWatcher:
             for type_, reason, text in outcome.events:
                 self.post_event(type_, reason, text)
             if any(reason == "CreatedPod" for _, reason, _ in outcome.events):
-                message = f"Pod {name} was missing; created a new one"
+                # The pass that deleted an ended pod may be followed at once by this one (the deletion
+                # wakes the box): Ready keeps saying why the pod is being replaced.
+                why = self._replacing
+                message = f"{why[1]}; created a new one" if why else f"Pod {name} was missing; created a new one"
+                if why:
+                    decision = replace(decision, reason=why[0])
+                self._replacing = None
             elif outcome.retry_after:
                 message = outcome.events[-1][2] if outcome.events else message
         gen = meta.get("generation")
@@ -1212,16 +1191,25 @@ class BoxWatcher:
             conds = set_condition(conds, C.COND_RESERVED, False, "BelowReserve", "The subscription's reserve is not reached", now, gen)
         if self.stream is not None:
             if self.stream.connected:
-                conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, "Streaming",
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, C.R_STREAMING,
                                       "The live tmux stream is attached", now, gen)
-            else:
-                why = self.stream.unavailable or "the live tmux stream is down; reconnecting"
-                given_up = self.stream.failures >= self.stream.max_failures
-                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False,
-                                      C.R_STREAM_UNUSABLE if given_up else "Polling", f"Polling the tabs: {why}", now, gen)
-                if given_up and self._stream_warned != self._stream_pod:
+            elif self.stream.failures >= self.stream.max_failures:
+                why = self.stream.unavailable or "the live tmux stream failed again and again"
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_UNUSABLE,
+                                      f"Polling the tabs: {why}", now, gen)
+                if self._stream_warned != self._stream_pod:
                     self._stream_warned = self._stream_pod
                     self.post_event("Warning", C.R_STREAM_UNUSABLE, f"Polling the tabs: {why}")
+            elif self.stream.unavailable:
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_NO_CONTROL_MODE,
+                                      f"Polling the tabs: {self.stream.unavailable}", now, gen)
+            else:
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_RECONNECTING,
+                                      "Polling the tabs: the live tmux stream is down; reconnecting with backoff",
+                                      now, gen)
+        elif not self.rt.settings.tmux_stream:
+            conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_DISABLED,
+                                  "Polling the tabs: settings.tmuxStream is off", now, gen)
         state = ("NeedsAttention" if attention or problem else "Reserved" if self.reserved
                  else "RateLimited" if limited or self.group_exhausted else "Running")
         status = {
