@@ -311,7 +311,7 @@ def write(out: pathlib.Path, versions: dict[str, str], captures: list[Capture]) 
 
 def check(agent: str, screen: str, now: datetime, tz: str, expect: dict[str, Any]) -> tuple[bool, str, str, str]:
     """Detect one screen and compare with its expectation: (ok, detected summary, reset, mismatch note)."""
-    from controller.agents.base import detect
+    from controller.agents.registry import detect
 
     det = detect(agent, screen, now, tz)
     problems = []

@@ -18,7 +18,6 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from controller import constants as C
 from controller.statusview import build_view, render_table
 
 EXIT_OK = 0

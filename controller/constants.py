@@ -46,6 +46,10 @@ COND_RATE_LIMITED = "RateLimited"       # True: at least one tab waits for a usa
 COND_NEEDS_ATTENTION = "NeedsAttention"  # True: a tab needs a human (see message)
 COND_RESERVED = "Reserved"              # True: the subscription's reserve stopped the box
 COND_TERMINAL_STREAM = "TerminalStream"  # True: the live tmux stream is attached; False: polling (reason says why)
+R_STREAMING = "Streaming"                  # TerminalStream True: changes come over the live tmux stream
+R_NO_CONTROL_MODE = "NoControlMode"        # TerminalStream False: no tmux in the box container, or older than 3.2
+R_STREAM_RECONNECTING = "StreamReconnecting"  # TerminalStream False: the stream dropped; reconnecting with backoff
+R_STREAM_DISABLED = "StreamDisabled"       # TerminalStream False: settings.tmuxStream is off
 COND_INPUT_IGNORED = "InputIgnored"     # True: a pattern, an annotation or a box file is invalid and ignored
 COND_CREDENTIALS_VALID = "CredentialsValid"  # Subscription: Secret and login file valid
 COND_USAGE_FETCHED = "UsageFetched"     # Subscription: last usage read succeeded
@@ -85,6 +89,4 @@ R_BOX_OUTPUT_TOO_LARGE = "BoxOutputTooLarge"  # NeedsAttention True: a capture p
 R_INVALID_PATTERN = "InvalidPattern"        # InputIgnored True: a spec.detection.patterns[] regex does not compile
 R_INVALID_ANNOTATION = "InvalidAnnotation"  # InputIgnored True: agentbox.dev/resume-at is not an instant within 31 days
 R_INVALID_BOX_FILE = "InvalidBoxFile"       # InputIgnored True: a usage file in the box is oversized or unreadable
-
-SUPPORTED_SUBSCRIPTION_AGENTS = {"claude-code": "anthropic", "codex": "openai"}
 """Agents that run on a subscription, mapped to their provider."""

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 
@@ -243,3 +243,12 @@ class AgentBoxStatus(_Model):
     conditions: list[Condition] = Field(default_factory=list, description="Ready, RateLimited, NeedsAttention, Reserved, InputIgnored (a pattern, annotation or box file is invalid and ignored).",
                                         json_schema_extra=_list_map("type"))
     observed_generation: int | None = Field(None, description="metadata.generation last reconciled.")
+
+
+def validation_message(exc: ValidationError, prefix: str = "spec") -> str:
+    """One line naming each invalid field (values are not echoed: they may be secrets)."""
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{prefix}.{loc}: {err['msg']}")
+    return "; ".join(parts)

@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 MASK = "[redacted]"
 
@@ -103,6 +104,17 @@ def redact(text: str) -> str:
         else:
             text = pattern.sub(MASK, text)
     return text
+
+
+def url_for_message(url: str) -> str:
+    """``host[:port]/path`` of ``url``, safe for messages, logs and Events: no scheme, no userinfo
+    (``user:password@``), no query string or fragment (either can carry a token)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # a port out of range or not a number
+        port = None
+    return f"{parts.hostname or '?'}{':' + str(port) if port else ''}{parts.path}"
 
 
 def bounded(text: str, limit: int, *, mark: str = "…") -> str:

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from controller import constants as C
 from controller import models
+from controller.agents.registry import subscription_agents
 from controller.crdgen import dump_crd, render_crds
 from controller.models import AgentBoxSpec, AgentBoxStatus, SubscriptionSpec, SubscriptionStatus
 from agentbox_sim.kube import _openapi_to_jsonschema
@@ -236,9 +237,9 @@ def test_example_boxes_name_example_subscriptions_of_the_right_provider():
         if box["kind"] != C.AGENTBOX_KIND:
             continue
         agent, sub = box["spec"]["agent"], box["spec"].get("subscription")
-        if agent in C.SUPPORTED_SUBSCRIPTION_AGENTS:
+        if agent in subscription_agents():
             assert sub in subs, f"{box['metadata']['name']}: subscription {sub!r} is not among the examples"
-            assert subs[sub] == C.SUPPORTED_SUBSCRIPTION_AGENTS[agent]
+            assert subs[sub] == subscription_agents()[agent]
 
 
 # ----------------------------------------------------------------------------- invalid objects

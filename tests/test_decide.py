@@ -271,7 +271,7 @@ def test_reserve_stops_the_box_once_and_restores_it_at_the_lift():
     reserved = observe(*tabs, subs=(sub("sub-a", "Reserved", 92.0),), reserves={"sub-a": Reserve(10, 0)})
     d, _ = run(reserved, Memory(current="sub-a"))
     keys = [a for a in d.actions if isinstance(a, (PressKey, RemoveLogin, PrintNotice))]
-    assert keys[0] == PressKey("busy", "%busy", "Escape") and isinstance(keys[1], RemoveLogin)
+    assert keys[0] == PressKey("busy", "%busy", ("Escape",)) and isinstance(keys[1], RemoveLogin)
     assert {a.tab for a in keys if isinstance(a, PrintNotice)} == {"busy", "shell"}
     assert "Stopping to keep 10% of your 5-hour limit" in (d.memory.reserved or "")
     assert d.tab_records["busy"].stopped_by_reserve and not d.tab_records["shell"].stopped_by_reserve

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.agents.base import detect
+from controller.agents.registry import detect
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus" / "limit-screens.jsonl"
 CASES = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]

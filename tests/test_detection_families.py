@@ -10,7 +10,7 @@ from datetime import datetime
 
 import pytest
 
-from controller.agents.base import detect
+from controller.agents.registry import detect
 from controller.domain.types import LimitKind, TabState
 
 pytestmark = pytest.mark.unit
@@ -268,7 +268,7 @@ def test_the_family_hint_only_skips_lines_no_family_matches():
     import json
     import pathlib
 
-    from controller.agents.base import get_profile
+    from controller.agents.registry import get_profile
     from controller.domain.detection import detect_screen
 
     fixtures = pathlib.Path(__file__).parent / "fixtures"

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from controller.agents.base import detect
+from controller.agents.registry import detect
 from controller.domain.types import LimitKind, TabState
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from controller.agents.base import PROFILES, UnknownAgent, detect, get_profile, resume_actions
+from controller.agents.registry import PROFILES, UnknownAgent, detect, get_adapter, get_profile, resume_actions
 from controller.domain.detection import (
     InvalidPattern,
     compile_user_pattern,
@@ -506,15 +506,37 @@ def test_registry_and_action_data():
     assert {"claude-code", "codex", "opencode", "gemini-cli", "claude-wrapper", "shell"} <= set(PROFILES)
     with pytest.raises(UnknownAgent):
         detect("aider", "x", at("2026-05-01T10:00:00Z"), "UTC")
-    claude_p, codex_p = get_profile("claude-code"), get_profile("codex")
-    assert claude_p.continue_text == codex_p.continue_text == "continue"
-    assert list(codex_p.restart_argv) == ["codex", "resume", "--last"] and claude_p.restart_argv is None
-    assert claude_p.credential_path == "~/.claude/.credentials.json" and claude_p.credential_secret_key == "credentials.json"
-    assert codex_p.credential_path == "~/.codex/auth.json" and codex_p.credential_secret_key == "auth.json"
+    claude_a, codex_a = get_adapter("claude-code"), get_adapter("codex")
+    assert claude_a.profile is get_profile("claude-code") and codex_a.profile is get_profile("codex")
+    assert claude_a.continue_text == codex_a.continue_text == "continue"
+    assert list(codex_a.restart_argv) == ["codex", "resume", "--last"] and claude_a.restart_argv is None
+    assert (claude_a.provider, claude_a.login_file, claude_a.secret_key) == (
+        "anthropic", ".claude/.credentials.json", "credentials.json")
+    assert (codex_a.provider, codex_a.login_file, codex_a.secret_key) == ("openai", ".codex/auth.json", "auth.json")
+    assert codex_a.exit_before_login_switch and not claude_a.exit_before_login_switch
+    assert claude_a.structured_sources == ("statusline", "transcript") and codex_a.structured_sources == ("rollout",)
     assert resume_actions("codex") == ("continue", ["codex", "resume", "--last"])
     assert resume_actions("claude-code") == ("continue", None)
-    for profile in (claude_p, codex_p):  # patterns are data: compiled regexes
+    for profile in (claude_a.profile, codex_a.profile):  # patterns are data: compiled regexes
         assert all(isinstance(p.regex, re.Pattern) for p in profile.usage)
+
+
+def test_registry_is_the_one_map_of_agents_providers_and_logins():
+    """Every agent the CRD accepts has an adapter; the agents on a subscription are exactly one per provider
+    the CRD accepts, and a provider's login adapter is that agent (services ask the registry, not a map)."""
+    from typing import get_args
+
+    from controller.agents.registry import ADAPTERS, login_adapter, provider_of, subscription_agents
+    from controller.models import AgentName, Provider
+
+    assert set(get_args(AgentName)) == set(ADAPTERS)
+    assert sorted(subscription_agents().values()) == sorted(get_args(Provider))
+    for agent, provider in subscription_agents().items():
+        assert provider_of(agent) == provider and login_adapter(provider).name == agent
+    assert provider_of("shell") is None and provider_of("aider") is None
+    assert get_adapter("shell").login_file is None and get_adapter("shell").secret_key is None
+    with pytest.raises(UnknownAgent):
+        login_adapter("mistral")
 
 
 def test_naive_now_is_refused():

@@ -12,7 +12,7 @@ import pytest
 
 from controller import metrics
 from controller.events import ObjectRef, Recorder, event_name
-from controller.redact import EVENT_MESSAGE_MAX, bounded, redact
+from controller.redact import EVENT_MESSAGE_MAX, bounded, redact, url_for_message
 
 pytestmark = pytest.mark.unit
 
@@ -233,3 +233,15 @@ async def test_new_events_of_one_object_are_rate_limited_and_others_are_not():
     await drain(rec)
     assert len(store.events) == 8 and len([s for s in hook.sent if s[2] == "box-a"]) == 7
     await rec.aclose()
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("https://user:s3cret@api.example.com:8443/v1/oauth/token?code=abc#frag", "api.example.com:8443/v1/oauth/token"),
+    ("http://127.0.0.1:9/api/oauth/usage?access_token=sk-ant-oat01-xyz", "127.0.0.1:9/api/oauth/usage"),
+    ("https://chatgpt.com/backend-api/wham/usage", "chatgpt.com/backend-api/wham/usage"),
+    ("https://host:99999/p", "host/p"),  # an impossible port is dropped, not raised
+    ("not a url", "?not a url"),
+])
+def test_urls_in_messages_keep_host_port_and_path_only(url: str, shown: str):
+    """The one URL sanitizer of the providers' messages (usage reads, refreshes, identity checks)."""
+    assert url_for_message(url) == shown

@@ -275,3 +275,31 @@ def test_unsafe_timings_are_refused(timings: tuple[str, str, str]):
     lease, deadline, retry = timings
     assert main(["run", "--leader-elect", LEASE, "--lease-duration", lease, "--renew-deadline", deadline,
                  "--retry-period", retry]) == 2
+
+
+async def test_a_paused_leader_exits_as_soon_as_it_runs_again(world: World, operator_process, tmp_path: pathlib.Path):
+    """A leader frozen longer than the lease duration (SIGSTOP: a stalled node, a debugger) while a reset
+    passes: the standby takes over and resumes the tab; when the old leader runs again its watchdog sees the
+    renew deadline long gone and ends the process at once (within its 0.2 s period), so the tab still gets
+    exactly one `continue`."""
+    import os
+    import signal
+
+    replicas = await start_replicas(world, operator_process, tmp_path)
+    reset = float(math.ceil(time.time() + 25))
+    await limited_box(world, "box-a", "acct-a", reset, ("t1",))
+    await eventually(lambda: all_limited(world, [("box-a", "t1")]), reset - 5 - time.time(), what="RateLimited")
+    leader, standby = leader_of(replicas, world)
+    await until(reset - 4)
+    os.kill(leader.proc.pid, signal.SIGSTOP)
+    stopped = time.time()
+    await eventually(standby.first_box_watch, STATED_BOUND_S + 10, what="the standby's operator running")
+    await eventually(lambda: continues(world, "box-a", "t1"), 40, what="the new leader's continue")
+    assert standby.first_box_watch().at - stopped >= TIMINGS.lease_duration_s - TIMINGS.retry_period_s  # type: ignore[union-attr]
+    os.kill(leader.proc.pid, signal.SIGCONT)
+    resumed = time.time()
+    await eventually(lambda: leader.proc.poll() is not None, 5, what="the old leader exits once it runs again")
+    assert leader.proc.returncode == 1 and time.time() - resumed <= 1.5
+    await until(max(resumed, continues(world, "box-a", "t1")[0]) + SETTLE_S)
+    sent = continues(world, "box-a", "t1")
+    assert len(sent) == 1 and sent[0] >= reset, sent

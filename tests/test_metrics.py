@@ -103,3 +103,41 @@ def test_forget_subscription_removes_every_series_of_the_subscription():
     assert _series("agentbox_", namespace="ns-s", subscription="claude-a") == []
     assert _series("agentbox_subscription_state", namespace="ns-s", subscription="claude-b")
     M.forget_subscription("ns-s", "claude-b")
+
+
+async def test_every_owned_exec_is_counted_the_login_keepers_too():
+    """The one exec path (`owned_exec`, used by the tab watcher, box files and the login keeper) counts every
+    call by result; a pod the box does not own is refused before any call and counts nothing."""
+    from types import SimpleNamespace
+
+    from controller.kube.exec import owned_exec, owned_exec_open
+    from controller.kube.objects import NotOwned
+
+    def value(result: str) -> float:
+        return M.REGISTRY.get_sample_value("agentbox_exec_calls_total", {"result": result}) or 0.0
+
+    pod = {"metadata": {"namespace": "ns", "name": "box-0", "ownerReferences": [
+        {"apiVersion": "agentbox.dev/v1alpha1", "kind": "AgentBox", "name": "box", "uid": "u-1", "controller": True}]}}
+    calls: list[tuple] = []
+
+    async def transport(namespace, name, container, argv, stdin=None):
+        calls.append((namespace, name, container, argv, stdin))
+        if argv[0] == "boom":
+            raise OSError("connection reset")
+        return SimpleNamespace(rc=0 if argv[0] == "true" else 4, stdout="", stderr="")
+
+    async def opener(namespace, name, container, argv):
+        return object()
+
+    before = {r: value(r) for r in ("ok", "nonzero", "error", "stream")}
+    run = owned_exec(transport, pod, "u-1", "box", "agent")
+    await run(["true"])
+    await run(["sh", "-c", "exit 4", "sh"], stdin="login text")  # the login keeper's replace: stdin
+    with pytest.raises(OSError):
+        await run(["boom"])
+    await owned_exec_open(opener, pod, "u-1", "box", "agent")(["tmux", "-C", "attach"])
+    assert [value(r) - before[r] for r in ("ok", "nonzero", "error", "stream")] == [1, 1, 1, 1]
+    assert calls[1] == ("ns", "box-0", "agent", ["sh", "-c", "exit 4", "sh"], "login text")
+    with pytest.raises(NotOwned):
+        owned_exec(transport, pod, "u-other", "box", "agent")
+    assert len(calls) == 3

@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from controller.models import AgentBoxSpec
-from controller.service.boxes import validation_message
+from controller.models import validation_message
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Claude Code profile: line families as Claude Code 1.x-2.1.332 prints them, plus action data.
+"""Claude Code adapter: its screen line families (Claude Code 1.x-2.1.332) and its facts (provider, login, keys).
 
 The families are built from the shared vocabulary in :mod:`controller.domain.profile` (subject + verb
 + scope + noun, a reset clause, a time expression), not from sentences. Wordings they were checked
@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from controller.agents.adapter import AgentAdapter
 from controller.domain.profile import (
     ADVERB,
     FAMILY_HINT,
@@ -187,10 +188,21 @@ PROFILE = Profile(
     user_echo=re.compile(r"^[>❯]\s*\S"),
     find_input=parse_input,
     working_adjacent=False,
-    continue_text="continue",
-    restart_argv=None,
-    credential_path="~/.claude/.credentials.json",
-    credential_secret_key="credentials.json",
     family_hint=FAMILY_HINT,
     auto_in_line=re.compile(AUTO_CONTINUE + r"|Continuing shortly\b", re.IGNORECASE),
+)
+
+
+ADAPTER = AgentAdapter(
+    name="claude-code",
+    profile=PROFILE,
+    provider="anthropic",
+    login_file=".claude/.credentials.json",
+    secret_key="credentials.json",
+    continue_text="continue",
+    restart_argv=None,  # it reads the login file again before every request: no restart after a switch
+    interrupt_keys=("C-c", "C-c"),
+    stop_keys=("Escape",),
+    exit_before_login_switch=False,
+    structured_sources=("statusline", "transcript"),
 )

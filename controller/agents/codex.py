@@ -1,4 +1,4 @@
-"""Codex CLI profile: line families as Codex 0.x (up to 0.171.0) prints them, plus action data.
+"""Codex CLI adapter: its screen line families (Codex 0.x up to 0.171.0) and its facts (provider, login, keys).
 
 The families come from the shared vocabulary in :mod:`controller.domain.profile`; the time after
 "try again" is read by the one grammar of :mod:`controller.domain.timeparse`.
@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from controller.agents.adapter import AgentAdapter
 from controller.domain.profile import (
     ADVERB,
     FAMILY_HINT,
@@ -148,12 +149,22 @@ PROFILE = Profile(
     user_echo=re.compile(r"^›\s*\S"),
     find_input=parse_input,
     working_adjacent=True,
-    continue_text="continue",
-    restart_argv=("codex", "resume", "--last"),
-    stop_to_switch_login=True,  # a running Codex refuses another account's auth.json
-    credential_path="~/.codex/auth.json",
-    credential_secret_key="auth.json",
     family_hint=FAMILY_HINT,
     # a usage line with no time at all and this remedy is the workspace owner's cap (corpus N31)
     credits_hint=re.compile(r"Increase your limits|(?:ask|contact) your (?:workspace )?(?:admin|owner)", re.IGNORECASE),
+)
+
+
+ADAPTER = AgentAdapter(
+    name="codex",
+    profile=PROFILE,
+    provider="openai",
+    login_file=".codex/auth.json",
+    secret_key="auth.json",
+    continue_text="continue",
+    restart_argv=("codex", "resume", "--last"),  # it reads auth.json at start only
+    interrupt_keys=("C-c", "C-c"),  # the first Ctrl-C clears the composer, the second exits
+    stop_keys=("Escape",),
+    exit_before_login_switch=True,  # a running Codex refuses another account's auth.json
+    structured_sources=("rollout",),
 )

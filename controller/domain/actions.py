@@ -37,11 +37,11 @@ class Count:
 
 @dataclass(frozen=True)
 class PressKey:
-    """Press one tmux key (e.g. "Escape") in a pane."""
+    """Press tmux keys (e.g. the adapter's stop keys, "Escape") in a pane, the send pause between two."""
 
     tab: str
     pane: str
-    key: str
+    keys: tuple[str, ...]
 
 
 @dataclass(frozen=True)

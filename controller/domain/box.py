@@ -100,7 +100,8 @@ class BoxFacts:
         restarts: the agent is restarted to resume (its adapter has a restart argv).
         continue_text: the text that resumes the agent.
         stop_to_switch: the agent must be stopped before its login changes (a running Codex refuses
-            another account's auth.json).
+            another account's auth.json): the adapter's `exit_before_login_switch`.
+        stop_keys: the adapter's keys that stop a running agent's turn (the reserve stop).
     """
 
     agent: str
@@ -114,6 +115,7 @@ class BoxFacts:
     restarts: bool = False
     continue_text: str = "continue"
     stop_to_switch: bool = False
+    stop_keys: tuple[str, ...] = ("Escape",)
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ class StreamView:
 
     Attributes:
         connected: the stream is attached.
-        why: why it is not (None when unknown).
+        why: why control mode cannot be used ("no tmux", an old tmux...), None when it may come back.
         given_up: it failed too often; the box is polled until its pod changes.
         pod: uid of the pod the stream belongs to (one StreamUnusable Warning per pod).
     """
@@ -186,6 +188,7 @@ class Observation:
         subscriptions: the namespace's Subscriptions as rotation candidates; None when not listed.
         reserves: spec.reserve per Subscription name.
         stream: None without a live tmux stream; else its state.
+        stream_disabled: the live tmux stream is off by settings (TerminalStream says so).
         pending_switch: status.switch left by a previous controller (a dict with `to`), or None.
         usage_max_age_s: the oldest usage a resume may rely on (seconds).
         stall_s: a tab unchanged this long with no limit needs a human (seconds).
@@ -208,6 +211,7 @@ class Observation:
     subscriptions: tuple[Candidate, ...] | None = None
     reserves: Mapping[str, Reserve] = field(default_factory=dict)
     stream: StreamView | None = None
+    stream_disabled: bool = False
     pending_switch: Mapping[str, Any] | None = None
     usage_max_age_s: float = 60.0
     stall_s: float = 1800.0
@@ -236,6 +240,7 @@ class Memory:
         output_problem: the box printed too much (announced once).
         squatter: the PodNotOwned message already announced.
         out_of_date: PodOutOfDate message while the pod predates spec.template, else None.
+        replacing: (Ready reason, message) of the ended pod being replaced (said until the new one exists).
         stream_warned: uid of the pod whose unusable stream was reported (one Warning per pod).
         loaded: the memory was rebuilt from status (a restarted controller starts from status).
     """
@@ -257,6 +262,7 @@ class Memory:
     output_problem: str | None = None
     squatter: str | None = None
     out_of_date: str | None = None
+    replacing: tuple[str, str] | None = None
     stream_warned: str | None = None
     loaded: bool = False
 
@@ -613,6 +619,7 @@ def _heal(p: _Pass, pod: PodFacts) -> BoxStatus | None:
         if gone.ok:
             failed = decision.reason == C.R_POD_FAILED
             p.event("Warning" if failed else "Normal", "ReplacingPod" if failed else "RecreatingPod", message)
+            p.mem = replace(p.mem, replacing=(decision.reason, message.removesuffix("; replacing it")))
     elif decision.action == "create":
         made: PodCreated = p.ask(CreatePod(pod.name))
         for type_, reason, text in made.events:
@@ -621,11 +628,18 @@ def _heal(p: _Pass, pod: PodFacts) -> BoxStatus | None:
             message = f"Pod {pod.name} was missing; created a new one"
         elif made.retry_message:
             message = made.retry_message
+    reason = decision.reason or C.R_POD_PENDING
+    if decision.action == "create" and made.created:
+        # The pass that deleted an ended pod may be followed at once by this one (the deletion wakes the
+        # box): Ready keeps saying why the pod is being replaced.
+        why = p.mem.replacing
+        if why is not None:
+            reason, message = why[0], f"{why[1]}; created a new one"
+        p.mem = replace(p.mem, replacing=None)
     conds = _conds(p)
     current = next((c for c in conds if c.get("type") == C.COND_READY), None)
     if current is None or current.get("reason") in READY_REASONS:
-        conds = set_condition(conds, C.COND_READY, False, decision.reason or C.R_POD_PENDING, message, p.now,
-                              p.obs.generation)
+        conds = set_condition(conds, C.COND_READY, False, reason, message, p.now, p.obs.generation)
     conds = _pod_date(p, conds)
     p.retry_in = HEAL_RETRY_S
     return BoxStatus({"state": "Pending", "pod": pod.name}, _owned(conds, (C.COND_READY, C.COND_POD_OUT_OF_DATE)))
@@ -736,7 +750,9 @@ def _rotation(p: _Pass, dets: dict[str, Detection]) -> None:
     # the old subscription: it is answered by that switch, not counted as the new subscription's limit.
     for name in sorted(p.mem.pre_switch):
         det = dets.get(name)
-        if det is None or det.state in (TabState.WORKING, TabState.IDLE):
+        if det is None or det.state == TabState.WORKING:
+            # Seen working: it runs on the new login. An idle screen proves nothing (the live stream sees an
+            # agent's screen half painted, before its limit line).
             p.mem = replace(p.mem, pre_switch=p.mem.pre_switch - {name})
         elif _usage_limited(det):
             p.mem = replace(p.mem, pre_switch=p.mem.pre_switch - {name})
@@ -815,7 +831,7 @@ def _reserve_stop(p: _Pass, dets: dict[str, Detection], cur: Candidate) -> None:
     p.mem = replace(p.mem, reserve_pending=frozenset(t.name for t in tabs if t.at_shell))
     for tab in tabs:
         if not tab.at_shell:
-            p.actions.append(PressKey(tab.name, tab.pane, "Escape"))
+            p.actions.append(PressKey(tab.name, tab.pane, p.obs.box.stop_keys))
         # Esc went to a running agent: it counts as stopped by the reserve (resumed at the lift) unless
         # its screen showed it idle or waiting on a human. An agent that had not painted a recognisable
         # screen yet (a box started on a reserved subscription) is Unknown, not idle.
@@ -843,7 +859,7 @@ def _reserve_late_starters(p: _Pass, dets: dict[str, Detection]) -> None:
         if dets[tab.name].state not in (TabState.WORKING, TabState.UNKNOWN):
             continue
         p.mem = replace(p.mem, reserve_pending=p.mem.reserve_pending - {tab.name})
-        p.actions.append(PressKey(tab.name, tab.pane, "Escape"))
+        p.actions.append(PressKey(tab.name, tab.pane, p.obs.box.stop_keys))
         p.records[tab.name] = replace(p.rec(tab.name), stopped_by_reserve=True)
 
 
@@ -912,13 +928,17 @@ def _plan_tabs(p: _Pass, dets: dict[str, Detection], annotations: Mapping[str, s
         if seen is None or seen[0] != digest:
             seen = p.seen[tab.name] = (digest, p.now)
         stalled = stall_plan(plan.record, det, seen[1], p.now, p.obs.stall_s, last_lines(tab.screen))
+        stall_at: datetime | None = None
         if stalled is not None:
             plan = stalled
+        elif det.state in (TabState.WORKING, TabState.UNKNOWN):
+            # On the live stream an unchanged screen wakes nothing: the stall instant is a deadline.
+            stall_at = seen[1] + timedelta(seconds=p.obs.stall_s)
         plan = _apply_annotations(p, plan, det, annotations)
         _announce(p, tab.name, det, plan)
         plans[tab.name] = plan
         p.records[tab.name] = plan.record
-        p.wake[tab.name] = plan.wake_at
+        p.wake[tab.name] = min((w for w in (plan.wake_at, stall_at) if w is not None), default=None)
         if plan.action == PlanAction.ANSWER_MENU and plan.menu_choice is not None:
             journal = start_journal(JournalAction.ANSWER_MENU, p.now, plan.record.limit_key, str(plan.menu_choice))
             p.records[tab.name] = replace(plan.record, journal=journal)
@@ -1170,17 +1190,26 @@ def _tabs_status(p: _Pass, obs: Observation, problem: tuple[str, str] | None = N
     else:
         conds = set_condition(conds, C.COND_RESERVED, False, "BelowReserve",
                               "The subscription's reserve is not reached", now, gen)
-    if obs.stream is not None:
-        if obs.stream.connected:
-            conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, "Streaming",
+    stream = obs.stream
+    if stream is not None:
+        if stream.connected:
+            conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, C.R_STREAMING,
                                   "The live tmux stream is attached", now, gen)
-        else:
-            why = f"Polling the tabs: {obs.stream.why or 'the live tmux stream is down; reconnecting'}"
-            conds = set_condition(conds, C.COND_TERMINAL_STREAM, False,
-                                  C.R_STREAM_UNUSABLE if obs.stream.given_up else "Polling", why, now, gen)
-            if obs.stream.given_up and p.mem.stream_warned != obs.stream.pod:
-                p.mem = mem = replace(p.mem, stream_warned=obs.stream.pod)
+        elif stream.given_up:
+            why = f"Polling the tabs: {stream.why or 'the live tmux stream failed again and again'}"
+            conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_UNUSABLE, why, now, gen)
+            if p.mem.stream_warned != stream.pod:
+                p.mem = mem = replace(p.mem, stream_warned=stream.pod)
                 p.event("Warning", C.R_STREAM_UNUSABLE, why)
+        elif stream.why:
+            conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_NO_CONTROL_MODE,
+                                  f"Polling the tabs: {stream.why}", now, gen)
+        else:
+            conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_RECONNECTING,
+                                  "Polling the tabs: the live tmux stream is down; reconnecting with backoff", now, gen)
+    elif obs.stream_disabled:
+        conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_DISABLED,
+                              "Polling the tabs: settings.tmuxStream is off", now, gen)
     state = ("NeedsAttention" if attention or problem else "Reserved" if mem.reserved
              else "RateLimited" if limited or mem.group_exhausted else "Running")
     fields = {

@@ -102,7 +102,7 @@ InputParser = Callable[[Sequence["ScreenLine"]], "InputBox | None"]
 
 @dataclass(frozen=True)
 class Profile:
-    """Everything the detector knows about one agent CLI's screen, plus action data.
+    """Everything the detector knows about one agent CLI's screen (action facts live in its agent adapter).
 
     Line families (tuples of :class:`LinePattern`, tried in this order for each joined line):
         retrying: the CLI retries by itself (not rate limited, state WORKING).
@@ -128,14 +128,6 @@ class Profile:
         find_input: parses the input box on the live bottom, or None when the agent has none known.
         working_adjacent: a ``working`` line counts only when it is the last content line above
             the input (Codex leaves a stale "esc to interrupt" above the idle prompt, herdr#352).
-        continue_text: text typed to resume a stopped turn.
-        restart_argv: argv that restarts the agent in its cwd with the last session, or None.
-        credential_path: login file inside the agent's home ("~" = the agent user's home).
-        credential_secret_key: key of that file in the box credentials Secret.
-        interrupt_keys: tmux keys that stop a running agent and return to the shell, pressed with the
-            send pause between them (Ctrl-C twice: the first cancels the turn, the second exits).
-        stop_to_switch_login: a running agent refuses a login file of another account: its limited
-            tabs are stopped before a rotation switch installs the new login.
     Time and kind:
         reset_clause: words that introduce a reset's time expression ("resets", "try again",
             "until", "|" before an epoch); a limit line's time is the first one after them that
@@ -168,12 +160,6 @@ class Profile:
     user_echo: re.Pattern[str] | None = None
     find_input: InputParser | None = None
     working_adjacent: bool = False
-    continue_text: str = "continue"
-    restart_argv: tuple[str, ...] | None = None
-    credential_path: str | None = None
-    credential_secret_key: str | None = None
-    interrupt_keys: tuple[str, ...] = ("C-c", "C-c")
-    stop_to_switch_login: bool = False
     reset_clause: re.Pattern[str] | None = RESET_CLAUSE
     credits_hint: re.Pattern[str] | None = None
     auto_in_line: re.Pattern[str] | None = None

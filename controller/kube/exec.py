@@ -253,14 +253,16 @@ def _parse_rc(raw: bytes | str, where: str) -> int:
 
 
 def owned_exec(exec_fn: Any, pod: dict[str, Any], owner_uid: str | None, box: str, container: str) -> Any:
-    """An exec function bound to one box pod, after proving the pod is the box's own.
+    """An exec function bound to one box pod, after proving the pod is the box's own; every call is
+    counted in ``agentbox_exec_calls_total`` (result ok | nonzero | error).
 
     Every exec into a box (tab watcher, login keeper, box files) is built here, so a pod created
-    beforehand under the box's name by someone else (a squatter) never gets a command or a login.
+    beforehand under the box's name by someone else (a squatter) never gets a command or a login, and
+    the exec metric covers them all.
 
     Args:
         exec_fn: the transport, ``async (namespace, pod, container, argv, stdin=None) -> ExecResult``
-            (`apod_exec` bound to a client, or a test double).
+            (`AsyncExec.run` bound to the settings, or a test double).
         pod: the pod object as read from the API server (dict).
         owner_uid: the AgentBox's ``metadata.uid``.
         box: the AgentBox's name (for the error message).
@@ -270,6 +272,7 @@ def owned_exec(exec_fn: Any, pod: dict[str, Any], owner_uid: str | None, box: st
     Raises:
         controller.kube.objects.NotOwned: the pod has no controller ownerReference with ``owner_uid``.
     """
+    from controller import metrics
     from controller.kube.objects import require_owned
 
     require_owned(pod, owner_uid, "Pod", box)
@@ -277,8 +280,46 @@ def owned_exec(exec_fn: Any, pod: dict[str, Any], owner_uid: str | None, box: st
     namespace, name = meta.get("namespace"), meta.get("name")
 
     async def run(argv: list[str], stdin: str | None = None) -> Any:
-        if stdin is None:
-            return await exec_fn(namespace, name, container, argv)
-        return await exec_fn(namespace, name, container, argv, stdin=stdin)
+        try:
+            if stdin is None:
+                result = await exec_fn(namespace, name, container, argv)
+            else:
+                result = await exec_fn(namespace, name, container, argv, stdin=stdin)
+        except Exception:
+            metrics.EXEC_CALLS.labels("error").inc()
+            raise
+        metrics.EXEC_CALLS.labels("ok" if getattr(result, "rc", None) == 0 else "nonzero").inc()
+        return result
+
+    return run
+
+
+def owned_exec_open(open_fn: Any, pod: dict[str, Any], owner_uid: str | None, box: str, container: str) -> Any:
+    """A long-lived exec opener bound to one box pod (the live tmux stream), after the same ownership
+    proof as :func:`owned_exec`; each open is counted in ``agentbox_exec_calls_total`` (result stream | error).
+
+    Args:
+        open_fn: ``async (namespace, pod, container, argv) -> stream`` (`AsyncExec.open`, or a test double).
+        pod, owner_uid, box, container: as for :func:`owned_exec`.
+    Returns:
+        ``async (argv) -> stream``.
+    Raises:
+        controller.kube.objects.NotOwned: the pod has no controller ownerReference with ``owner_uid``.
+    """
+    from controller import metrics
+    from controller.kube.objects import require_owned
+
+    require_owned(pod, owner_uid, "Pod", box)
+    meta = pod.get("metadata") or {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+
+    async def run(argv: list[str]) -> Any:
+        try:
+            stream = await open_fn(namespace, name, container, argv)
+        except Exception:
+            metrics.EXEC_CALLS.labels("error").inc()
+            raise
+        metrics.EXEC_CALLS.labels("stream").inc()
+        return stream
 
     return run

@@ -21,12 +21,12 @@ import asyncio
 import hashlib
 import json
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
 from controller.providers.bounded import read_capped
 from controller.providers.credentials import Login
+from controller.redact import url_for_message
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -56,11 +56,6 @@ class IdentityRefused(Exception):
     account: the login proves nothing."""
 
 
-def _where(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.hostname or '?'}{':' + str(parts.port) if parts.port else ''}{parts.path}"
-
-
 def _digest(*parts: str) -> str:
     return "sha256:" + hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()[:16]
 
@@ -73,19 +68,19 @@ async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]
             status = resp.status
             raw = await read_capped(resp.content, MAX_BODY)
     except (asyncio.TimeoutError, aiohttp.ClientError):
-        raise IdentityUnavailable(f"{provider} identity check failed: no answer ({_where(url)})") from None
+        raise IdentityUnavailable(f"{provider} identity check failed: no answer ({url_for_message(url)})") from None
     if status in (401, 403):
-        raise IdentityRefused(f"{provider} identity check: HTTP {status} ({_where(url)})")
+        raise IdentityRefused(f"{provider} identity check: HTTP {status} ({url_for_message(url)})")
     if status != 200:
-        raise IdentityUnavailable(f"{provider} identity check failed: HTTP {status} ({_where(url)})")
+        raise IdentityUnavailable(f"{provider} identity check failed: HTTP {status} ({url_for_message(url)})")
     if len(raw) > MAX_BODY:
-        raise IdentityUnavailable(f"{provider} identity answer too large ({_where(url)})")
+        raise IdentityUnavailable(f"{provider} identity answer too large ({url_for_message(url)})")
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):
-        raise IdentityUnavailable(f"{provider} identity answer is not JSON ({_where(url)})") from None
+        raise IdentityUnavailable(f"{provider} identity answer is not JSON ({url_for_message(url)})") from None
     if not isinstance(body, dict):
-        raise IdentityUnavailable(f"{provider} identity answer is not an object ({_where(url)})")
+        raise IdentityUnavailable(f"{provider} identity answer is not an object ({url_for_message(url)})")
     return body
 
 
@@ -119,7 +114,7 @@ async def account_identity(session: aiohttp.ClientSession, provider: str, login:
         org = _dict(body.get("organization"))
         acc_id, org_id = _id(account.get("uuid")), _id(org.get("uuid"))
         if acc_id is None:
-            raise IdentityUnavailable(f"anthropic identity answer has no account.uuid ({_where(base_url)})")
+            raise IdentityUnavailable(f"anthropic identity answer has no account.uuid ({url_for_message(base_url)})")
         return _digest("anthropic", acc_id, org_id or "")
     if provider != "openai":
         raise ValueError(f"unknown provider {provider!r}")
@@ -129,7 +124,7 @@ async def account_identity(session: aiohttp.ClientSession, provider: str, login:
     me = await _get(session, base + OPENAI_ME, headers, provider, timeout_s)
     user = _id(me.get("id"))
     if user is None:
-        raise IdentityUnavailable(f"openai identity answer has no id ({_where(base_url)})")
+        raise IdentityUnavailable(f"openai identity answer has no id ({url_for_message(base_url)})")
     check = await _get(session, base + OPENAI_ACCOUNTS, headers, provider, timeout_s)
     accounts = _list(check.get("accounts"))
     ids = {a.get("id") for a in accounts if isinstance(a, dict)}

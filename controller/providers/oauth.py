@@ -22,12 +22,12 @@ import asyncio
 import json
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
 from controller.providers.bounded import read_capped
 from controller.providers.credentials import InvalidLogin, Login, parse_login
+from controller.redact import url_for_message
 
 __all__ = [
     "ANTHROPIC_CLIENT_ID", "DEFAULT_ANTHROPIC_TOKEN_URL", "DEFAULT_OPENAI_TOKEN_URL", "OPENAI_CLIENT_ID",
@@ -107,12 +107,6 @@ def _expires_in(value: Any) -> float | None:
     return secs
 
 
-def _where(url: str) -> str:
-    parts = urlsplit(url)
-    host = parts.hostname or "?"
-    return f"{host}{':' + str(parts.port) if parts.port else ''}{parts.path}"
-
-
 def apply_refresh(provider: str, text: str, answer: dict[str, Any], now: datetime,
                   notes: list[str] | None = None) -> str:
     """The login file ``text`` with the token endpoint's ``answer`` applied; every other field kept.
@@ -189,7 +183,7 @@ async def refresh_login(session: aiohttp.ClientSession, provider: str, text: str
     else:
         body = {"client_id": OPENAI_CLIENT_ID, "grant_type": "refresh_token",
                 "refresh_token": login.refresh_token, "scope": OPENAI_SCOPE}
-    where = _where(token_url)
+    where = url_for_message(token_url)
     from controller.providers.retry_after import parse_retry_after
 
     timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(5.0, timeout_s))

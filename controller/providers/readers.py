@@ -21,7 +21,6 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
@@ -30,6 +29,7 @@ from controller import __version__
 from controller.domain.types import Usage
 from controller.providers.bounded import read_capped
 from controller.providers.retry_after import parse_retry_after
+from controller.redact import url_for_message
 from controller.providers.credentials import Login
 from controller.providers.parse import UsageParseError, parse_anthropic_usage, parse_openai_usage
 
@@ -116,12 +116,8 @@ class _Endpoint:
 
     @property
     def where(self) -> str:
-        """host[:port]/path: safe for messages (no scheme credentials, no query)."""
-        parts = urlsplit(self.base_url)
-        host = parts.hostname or "?"
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        return f"{host}{parts.path.rstrip('/')}{self.path}"
+        """host[:port]/path: safe for messages (no scheme credentials, no query; :func:`controller.redact.url_for_message`)."""
+        return url_for_message(self.url)
 
 
 class UsageReader:

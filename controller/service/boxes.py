@@ -17,9 +17,11 @@ from controller.conditions import get_condition, set_condition
 from controller.domain import boxpolicy
 from controller.domain.podstate import box_container_view
 from controller.domain.podtemplate import container_problem, template_problem
+from controller.agents.registry import ADAPTERS, provider_of
 from controller.kube.objects import NotOwned, TemplateError, box_container, make_box_secret, make_pod, pod_name
-from controller.models import AgentBoxSpec, SubscriptionSpec
+from controller.models import AgentBoxSpec, validation_message
 from controller.runtime import Runtime
+from controller.service.loginload import load_login_of
 from controller.settings import Settings
 
 
@@ -31,18 +33,11 @@ def box_policy(settings: Settings) -> boxpolicy.BoxPolicy:
         secret_names=tuple(settings.box_policy_secret_names), image_prefixes=tuple(settings.box_policy_image_prefixes))
 
 
-def credential_key(agent: str) -> str:
-    """Key of the box credentials Secret for an agent (the login file's own name)."""
-    return "auth.json" if agent == "codex" else "credentials.json"
-
-
-def validation_message(exc: ValidationError, prefix: str = "spec") -> str:
-    """One line naming each invalid field (values are not echoed: they may be secrets)."""
-    parts = []
-    for err in exc.errors()[:5]:
-        loc = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{prefix}.{loc}: {err['msg']}")
-    return "; ".join(parts)
+def credential_key(agent: str) -> str | None:
+    """Key of the box credentials Secret for an agent (the login file's own name; its adapter's
+    ``secret_key``), None for an agent the controller installs no login for."""
+    adapter = ADAPTERS.get(agent)
+    return adapter.secret_key if adapter else None
 
 
 async def _selected_group_problem(rt: Runtime, namespace: str, current: str, names: list[str],
@@ -122,7 +117,7 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
     if violations:
         return _fail(body, rt, C.R_POLICY_VIOLATION, boxpolicy.summary(violations), retry=None)
 
-    provider = C.SUPPORTED_SUBSCRIPTION_AGENTS.get(spec.agent)
+    provider = provider_of(spec.agent)
     uses_limits = spec.when_agent_stops.resume_after_reset or spec.when_agent_stops.rotation.enabled
     login_text: str | None = None
     if provider is None:
@@ -143,36 +138,16 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
             # The tab watcher moved the box (rotation): keep the login it installed.
             if await rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, ns, current) is not None:
                 spec = spec.model_copy(update={"subscription": current})
-        sub = await rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, ns, spec.subscription)
-        if sub is None:
-            return _fail(body, rt, C.R_SUBSCRIPTION_NOT_FOUND,
-                         f"spec.subscription: Subscription {spec.subscription!r} not found in namespace {ns}")
-        try:
-            sub_spec = SubscriptionSpec.model_validate(sub.get("spec") or {})
-        except ValidationError as exc:
-            return _fail(body, rt, C.R_SUBSCRIPTION_NOT_FOUND,
-                         f"Subscription {spec.subscription!r} is invalid: {validation_message(exc)}")
-        if sub_spec.provider != provider:
+        loaded = await load_login_of(rt.kube, ns, spec.subscription)
+        if loaded.reason == C.R_SUBSCRIPTION_NOT_FOUND:
+            return _fail(body, rt, C.R_SUBSCRIPTION_NOT_FOUND, loaded.message)
+        if loaded.provider != provider:
             return _fail(body, rt, C.R_PROVIDER_MISMATCH,
-                         f"spec.subscription: Subscription {spec.subscription!r} is for {sub_spec.provider}, "
+                         f"spec.subscription: Subscription {spec.subscription!r} is for {loaded.provider}, "
                          f"agent {spec.agent} needs {provider}", retry=None)
-        ref = sub_spec.credentials_secret_ref
-        exists, login_text = await rt.kube.get_secret_value(ns, ref.name, ref.key)
-        if not exists:
-            return _fail(body, rt, C.R_SECRET_NOT_FOUND,
-                         f"Subscription {spec.subscription!r} spec.credentialsSecretRef.name: Secret {ref.name!r} not found")
-        if login_text is None:
-            return _fail(body, rt, C.R_SECRET_KEY_MISSING,
-                         f"Subscription {spec.subscription!r} spec.credentialsSecretRef.key: "
-                         f"Secret {ref.name!r} has no key {ref.key!r}")
-        from controller.providers.credentials import InvalidLogin, parse_login
-
-        try:
-            parse_login(provider, login_text)
-        except InvalidLogin as exc:
-            return _fail(body, rt, C.R_INVALID_LOGIN,
-                         f"Subscription {spec.subscription!r} spec.credentialsSecretRef: the login file in Secret "
-                         f"{ref.name!r} key {ref.key!r} is unusable: {exc}")
+        if not loaded.usable:
+            return _fail(body, rt, loaded.reason, loaded.message)
+        login_text = loaded.text
 
     try:
         pod = make_pod(body, boxpolicy.harden(spec.template, policy), spec.agent,
@@ -186,7 +161,7 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
     events: list[tuple[str, str, str]] = []
     try:
         if login_text is not None:
-            result = await rt.kube.ensure_secret(make_box_secret(body, credential_key(spec.agent), login_text))
+            result = await rt.kube.ensure_secret(make_box_secret(body, credential_key(spec.agent) or "credentials.json", login_text))
             if result == "created":
                 events.append(("Normal", "CreatedSecret", f"Created Secret {name}-credentials"))
             elif result == "updated":

@@ -1,6 +1,6 @@
 """Files and lines in the box pod, through pod exec: the agent's live login file and a notice
 printed in a tab. Every command is an argv list whose shell scripts are constants; variable parts
-(paths from the agent profile, the notice text, the login on stdin) travel as arguments or stdin,
+(paths from the agent adapter, the notice text, the login on stdin) travel as arguments or stdin,
 never inside a script."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
-from controller.agents.base import Profile
+from controller.agents.adapter import AgentAdapter
+from controller.agents.registry import ADAPTERS
 from controller.domain.types import Usage
 
 ExecFn = Callable[..., Awaitable[Any]]
@@ -27,29 +28,28 @@ class BoxFileError(RuntimeError):
     """A command in the box failed (message: what and the rc only)."""
 
 
-def _home_relative(profile: Profile) -> str:
-    path = profile.credential_path or ""
-    if not path.startswith("~/"):
-        raise BoxFileError(f"agent {profile.agent} has no login file path")
-    return path[2:]
+def _home_relative(adapter: AgentAdapter) -> str:
+    if not adapter.login_file:
+        raise BoxFileError(f"agent {adapter.name} has no login file path")
+    return adapter.login_file
 
 
-async def write_login(exec_fn: ExecFn, profile: Profile, login_text: str) -> None:
+async def write_login(exec_fn: ExecFn, adapter: AgentAdapter, login_text: str) -> None:
     """Replace the agent's login file in the box (e.g. ~/.claude/.credentials.json) with `login_text`.
 
     Raises:
         BoxFileError: the write failed.
     """
-    res = await exec_fn(["sh", "-c", _WRITE, "sh", _home_relative(profile)], stdin=login_text)
+    res = await exec_fn(["sh", "-c", _WRITE, "sh", _home_relative(adapter)], stdin=login_text)
     if res.rc != 0:
-        raise BoxFileError(f"writing the {profile.agent} login file exited {res.rc}")
+        raise BoxFileError(f"writing the {adapter.name} login file exited {res.rc}")
 
 
-async def remove_login(exec_fn: ExecFn, profile: Profile) -> None:
+async def remove_login(exec_fn: ExecFn, adapter: AgentAdapter) -> None:
     """Remove the agent's login file from the box (the reserve stop)."""
-    res = await exec_fn(["sh", "-c", _REMOVE, "sh", _home_relative(profile)])
+    res = await exec_fn(["sh", "-c", _REMOVE, "sh", _home_relative(adapter)])
     if res.rc != 0:
-        raise BoxFileError(f"removing the {profile.agent} login file exited {res.rc}")
+        raise BoxFileError(f"removing the {adapter.name} login file exited {res.rc}")
 
 
 async def print_notice(exec_fn: ExecFn, pane_id: str, text: str) -> None:
@@ -93,7 +93,8 @@ def transcript_usage(line: str, read_at: datetime) -> Usage | None:
     its window 100 % until `resetsAt`; anything else is no data."""
     from dataclasses import replace
 
-    from controller.providers.parse import UsageParseError, parse_rate_limit_event
+    from controller.agents.usage_files import parse_rate_limit_event
+    from controller.domain.usagejson import UsageParseError
 
     try:
         entry = json.loads(line)
@@ -110,14 +111,17 @@ def transcript_usage(line: str, read_at: datetime) -> Usage | None:
 
 async def read_structured(exec_fn: ExecFn, agent: str, now: datetime,
                           problems: list[str] | None = None) -> tuple[Usage | None, str]:
-    """The agent's own machine-readable usage from the box: (usage or None, source name).
+    """The agent's own machine-readable usage from the box: (usage or None, source name), from the sources
+    its adapter lists (:attr:`controller.agents.adapter.AgentAdapter.structured_sources`), first hit wins.
 
     Claude Code: the statusline input saved by the box's statusline helper (`rate_limits`,
-    Claude Code 2.1.x). Codex: the last `token_count` event of the newest rollout file
+    Claude Code 2.1.x; only when a window is used up), then its newest transcript's API-error entry.
+    Codex: the last `token_count` event of the newest rollout file
     (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, Codex CLI 0.1xx). Unparseable or oversized data
     counts as none; when `problems` is given, a message naming the file is appended for each such file.
     """
-    from controller.providers.parse import UsageParseError, parse_statusline, parse_token_count
+    from controller.agents.usage_files import parse_statusline, parse_token_count
+    from controller.domain.usagejson import UsageParseError
 
     def bad(path: str, why: str) -> None:
         if problems is not None:
@@ -132,45 +136,60 @@ async def read_structured(exec_fn: ExecFn, agent: str, now: datetime,
                 return None
             raise
 
-    if agent == "claude-code":
+    async def statusline() -> Usage | None:
+        """Claude Code's statusline input: counts only when a window is used up."""
         path = f"~/{STATUSLINE_PATH}"
         res = await run(["sh", "-c", _STATUSLINE, "sh", STATUSLINE_PATH], path)
-        if res is None:
-            pass
-        elif res.rc == 0 and not _fits(res.stdout.partition("\n")[2]):
+        if res is None or res.rc != 0:
+            return None
+        if not _fits(res.stdout.partition("\n")[2]):
             bad(path, f"larger than {STRUCTURED_MAX} bytes")
-        elif res.rc == 0:
-            first, _, rest = res.stdout.partition("\n")
-            try:
-                read_at = datetime.fromtimestamp(int(first.strip()), timezone.utc)
-                usage = parse_statusline(json.loads(rest), read_at)
-                if any(w.utilization >= 100 for w in usage.windows.values()):
-                    return usage, "statusline"
-            except UsageParseError as exc:  # a ValueError too: first
-                bad(path, f"unreadable usage ({exc})")
-            except ValueError:
-                bad(path, "not a JSON object")
-        res = await run(["sh", "-c", _TRANSCRIPT, "sh"], "~/.claude/projects/*/*.jsonl")
-        if res is None:
-            pass
-        elif res.rc == 0 and res.stdout.strip() and not _fits(res.stdout):
-            bad("~/.claude/projects/*/*.jsonl", f"an API error entry larger than {STRUCTURED_MAX} bytes")
-        elif res.rc == 0 and res.stdout.strip():
-            return transcript_usage(res.stdout.strip().splitlines()[-1], now), "transcript"
-        return None, "statusline"
-    if agent == "codex":
+            return None
+        first, _, rest = res.stdout.partition("\n")
+        try:
+            read_at = datetime.fromtimestamp(int(first.strip()), timezone.utc)
+            usage = parse_statusline(json.loads(rest), read_at)
+            if any(w.utilization >= 100 for w in usage.windows.values()):
+                return usage
+        except UsageParseError as exc:  # a ValueError too: first
+            bad(path, f"unreadable usage ({exc})")
+        except ValueError:
+            bad(path, "not a JSON object")
+        return None
+
+    async def transcript() -> Usage | None:
+        """Claude Code's newest transcript API-error entry."""
+        path = "~/.claude/projects/*/*.jsonl"
+        res = await run(["sh", "-c", _TRANSCRIPT, "sh"], path)
+        if res is None or res.rc != 0 or not res.stdout.strip():
+            return None
+        if not _fits(res.stdout):
+            bad(path, f"an API error entry larger than {STRUCTURED_MAX} bytes")
+            return None
+        return transcript_usage(res.stdout.strip().splitlines()[-1], now)
+
+    async def rollout() -> Usage | None:
+        """Codex's last token_count event of its newest rollout."""
         path = "~/.codex/sessions/*/*/*/rollout-*.jsonl"
         res = await run(["sh", "-c", _ROLLOUT, "sh"], path)
         if res is None or res.rc != 0 or not res.stdout.strip():
-            return None, "rollout"
+            return None
         if not _fits(res.stdout):
             bad(path, f"a token_count event larger than {STRUCTURED_MAX} bytes")
-            return None, "rollout"
+            return None
         try:
-            return parse_token_count(json.loads(res.stdout.strip().splitlines()[-1])), "rollout"
+            return parse_token_count(json.loads(res.stdout.strip().splitlines()[-1]))
         except UsageParseError as exc:  # a ValueError too: first
             bad(path, f"unreadable usage ({exc})")
         except ValueError:
             bad(path, "the last token_count event is not JSON")
-        return None, "rollout"
-    return None, ""
+        return None
+
+    readers = {"statusline": statusline, "transcript": transcript, "rollout": rollout}
+    adapter = ADAPTERS.get(agent)
+    sources = adapter.structured_sources if adapter else ()
+    for source in sources:
+        usage = await readers[source]()
+        if usage is not None:
+            return usage, source
+    return None, sources[0] if sources else ""

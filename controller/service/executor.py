@@ -1,6 +1,6 @@
 """The executor of a box decision (`controller.domain.box`): maps each action to terminal, file and API
 calls, write-ahead first. It decides nothing: which keys, which argv and which file come from the agent
-adapter (`controller.agents.base.Profile`), what to do and in which order from the decision.
+adapter (`controller.agents.adapter.AgentAdapter`), what to do and in which order from the decision.
 
 Journaled actions (`SendContinue`, `RunJournal`) have their tab journals written to status before their
 first key and each further step written before it is performed; a controller killed at any step finds the
@@ -16,7 +16,6 @@ import time
 from dataclasses import replace
 from typing import Any, Awaitable, Callable, Mapping
 
-from pydantic import ValidationError
 
 from controller import constants as C
 from controller import metrics
@@ -28,7 +27,7 @@ from controller.domain.box import (
 )
 from controller.domain.resume import Journal, JournalAction, Step, TabRecord
 from controller.kube.objects import make_box_secret
-from controller.models import SubscriptionSpec
+from controller.service.loginload import load_login_of
 from controller.redact import bounded
 from controller.service import boxfiles
 from controller.terminal import tmux
@@ -52,7 +51,7 @@ class Executor:
     Args:
         rt: runtime (kube, usage cache, settings, clock).
         namespace, name, uid: the box.
-        profile: the box's agent adapter.
+        adapter: the box's agent adapter (keys, restart argv, login file, provider).
         term: the box terminal.
         post_event: posts an Event on the box.
         flush: writes a status snapshot (write-ahead).
@@ -63,12 +62,12 @@ class Executor:
         write_fields: writes status fields through the box's status writer (status.switch, the switch journal).
     """
 
-    def __init__(self, rt: Any, namespace: str, name: str, uid: str | None, profile: Any, term: BoxTerminal,
+    def __init__(self, rt: Any, namespace: str, name: str, uid: str | None, adapter: Any, term: BoxTerminal,
                  post_event: Callable[[str, str, str], None], flush: Flush,
                  screen_ready: Callable[[str], Awaitable[bool]], tabs: Mapping[str, Any],
                  body: Mapping[str, Any] | None = None, write_fields: WriteFields | None = None) -> None:
         self.rt, self.namespace, self.name, self.uid = rt, namespace, name, uid
-        self.profile, self.term, self.post_event, self.flush = profile, term, post_event, flush
+        self.adapter, self.term, self.post_event, self.flush = adapter, term, post_event, flush
         self.screen_ready = screen_ready
         self.tabs = tabs
         self.body = body
@@ -121,7 +120,7 @@ class Executor:
             else:
                 metric.observe(action.value)
         elif isinstance(action, PressKey):
-            await self.term.press(action.pane, action.key)
+            await self._press(action.pane, action.keys)
         elif isinstance(action, PrintNotice):
             try:
                 await boxfiles.print_notice(self.term.exec_fn, action.pane, action.text)
@@ -129,7 +128,7 @@ class Executor:
                 pass
         elif isinstance(action, RemoveLogin):
             try:
-                await boxfiles.remove_login(self.term.exec_fn, self.profile)
+                await boxfiles.remove_login(self.term.exec_fn, self.adapter)
             except boxfiles.BoxFileError as exc:
                 log.warning("Box %s/%s: %s", self.namespace, self.name, exc)
         elif isinstance(action, ClearAnnotation):
@@ -182,36 +181,22 @@ class Executor:
 
     # ------------------------------------------------------------------ logins and usage
     async def _login(self, subscription: str) -> tuple[str, str, Any] | None:
-        """(provider, login file text, parsed Login) of a subscription; None when unusable."""
-        sub = await self.rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, self.namespace, subscription)
-        if not sub:
+        """(provider, login file text, parsed Login) of a subscription; None when unusable
+        (:func:`controller.service.loginload.load_login_of`)."""
+        loaded = await load_login_of(self.rt.kube, self.namespace, subscription)
+        if not loaded.usable:
             return None
-        try:
-            sub_spec = SubscriptionSpec.model_validate(sub.get("spec") or {})
-        except ValidationError:
-            return None
-        ref = sub_spec.credentials_secret_ref
-        _, text = await self.rt.kube.get_secret_value(self.namespace, ref.name, ref.key)
-        if text is None:
-            return None
-        from controller.providers.credentials import InvalidLogin, parse_login
-
-        try:
-            login = parse_login(sub_spec.provider, text)
-        except InvalidLogin:
-            return None
-        return sub_spec.provider, text, login
+        return loaded.provider, loaded.text or "", loaded.login
 
     async def _put_login(self, text: str) -> None:
         """Write a login into the box credentials Secret and the agent's live login file."""
         body = {"metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid}}
-        await self.rt.kube.ensure_secret(make_box_secret(body, self.profile.credential_secret_key or "credentials.json",
-                                                         text))
-        await boxfiles.write_login(self.term.exec_fn, self.profile, text)
+        await self.rt.kube.ensure_secret(make_box_secret(body, self.adapter.secret_key or "credentials.json", text))
+        await boxfiles.write_login(self.term.exec_fn, self.adapter, text)
 
     async def _usage(self, action: ReadUsage) -> Any:
         """The subscription's usage read no older than the action allows (None when unreadable)."""
-        provider = C.SUPPORTED_SUBSCRIPTION_AGENTS.get(self.profile.agent, "")
+        provider = self.adapter.provider or ""
         try:
             found = await self._login(action.subscription)
             if found is None or found[0] != provider:
@@ -249,16 +234,16 @@ class Executor:
                    "reason": bounded(action.reason, 1024)}
         await self._write({"switch": journal})
         for _, pane in action.stop:
-            await self._interrupt(pane)
+            await self._press(pane, self.adapter.interrupt_keys)
         await self._write({"switch": {**journal, "step": "InstallLogin"}})
         await self._put_login(login[1])
         await self._write({"subscription": action.new, "switch": None})
         return Done(True)
 
     # ------------------------------------------------------------------ keys
-    async def _interrupt(self, pane: str) -> None:
-        """The adapter's interrupt keys, with the send pause between them."""
-        for i, key in enumerate(self.profile.interrupt_keys):
+    async def _press(self, pane: str, keys: tuple[str, ...]) -> None:
+        """Press keys in order, with the send pause between two."""
+        for i, key in enumerate(keys):
             if i:
                 await asyncio.sleep(self.rt.settings.send_pause_s)
             await self.term.press(pane, key)
@@ -299,8 +284,8 @@ class Executor:
         pass (or a restarted controller) completes it from the step it reached.
         """
         term, s = self.term, self.rt.settings
-        restart_argv = list(self.profile.restart_argv or [])
-        text = journal.text or self.profile.continue_text
+        restart_argv = list(self.adapter.restart_argv or [])
+        text = journal.text or self.adapter.continue_text
 
         async def at_shell() -> bool:
             return (await term.foreground(pane)).lstrip("-") in tmux.SHELLS
@@ -313,9 +298,9 @@ class Executor:
             if i:
                 await self._advance([tab], step)
             if step == Step.INTERRUPT:
-                await self._interrupt(pane)
+                await self._press(pane, self.adapter.interrupt_keys)
                 if not await term.wait_until(at_shell, s.restart_timeout_s):
-                    return False, "pressed Ctrl-C twice but the agent did not exit"
+                    return False, f"pressed {'+'.join(self.adapter.interrupt_keys)} but the agent did not exit"
             elif step == Step.RELAUNCH:
                 # One tmux call (text, then Enter): a shell takes no paste, and the step is then all or nothing.
                 await term.run(tmux.send_text_argv(pane, shlex.join(restart_argv))

@@ -51,6 +51,7 @@ from typing import Any, Callable
 
 from controller import constants as C
 from controller import metrics
+from controller.agents.registry import login_adapter
 from controller.conditions import set_condition
 from controller.providers.credentials import InvalidLogin, Login, parse_login, token_fingerprint
 
@@ -58,9 +59,6 @@ log = logging.getLogger("agentbox.logins")
 
 COND_LOGIN_REFRESHED = "LoginRefreshed"
 MARKER_KEY = "agentbox"   # top-level key of a Claude Code login file: {"subscription": "<ns>/<name>"}
-AGENT_OF = {"anthropic": "claude-code", "openai": "codex"}
-PATH_OF = {"anthropic": ".claude/.credentials.json", "openai": ".codex/auth.json"}
-KEY_OF = {"anthropic": "credentials.json", "openai": "auth.json"}
 
 # Replace $HOME/<path> atomically (mode 0600) only if it exists: a box whose file was removed (the
 # reserve stop) is left without one. Exit 4: no file.
@@ -491,7 +489,7 @@ class LoginKeeper:
         for body in await self.rt.kube.list_custom(C.AGENTBOX_PLURAL, self.namespace):
             spec = body.get("spec") or {}
             status = body.get("status") or {}
-            if spec.get("agent") != AGENT_OF[provider]:
+            if spec.get("agent") != login_adapter(provider).name:
                 continue
             if (status.get("subscription") or spec.get("subscription")) != self.name:
                 continue
@@ -528,8 +526,8 @@ class LoginKeeper:
         from controller.kube.objects import NotOwned, make_box_secret
 
         try:
-            await self.rt.kube.ensure_secret(make_box_secret(box.body, KEY_OF[provider], text))
-            res = await self._exec(box, ["sh", "-c", _REPLACE, "sh", PATH_OF[provider]], stdin=text)
+            await self.rt.kube.ensure_secret(make_box_secret(box.body, login_adapter(provider).secret_key, text))
+            res = await self._exec(box, ["sh", "-c", _REPLACE, "sh", login_adapter(provider).login_file], stdin=text)
         except NotOwned as exc:
             log.warning("Subscription %s: not pushing the login to box %s: %s is not the box's", self.marker,
                         box.name, exc.kind)
@@ -563,7 +561,7 @@ class LoginKeeper:
         stale = []
         for box in await self._boxes(provider):
             _, current = await self.rt.kube.get_secret_value(self.namespace, f"{box.name}-credentials",
-                                                             KEY_OF[provider])
+                                                             login_adapter(provider).secret_key)
             try:
                 held = parse_login(provider, current) if current else None
             except InvalidLogin:
@@ -616,7 +614,7 @@ class LoginKeeper:
 
         async def read(box: _Box) -> str | None:
             try:
-                res = await self._exec(box, ["sh", "-c", _READ, "sh", PATH_OF[provider]])
+                res = await self._exec(box, ["sh", "-c", _READ, "sh", login_adapter(provider).login_file])
             except Exception:  # noqa: BLE001 - not running, not owned (NotOwned), transport: no candidate
                 return None
             return res.stdout if res is not None and res.rc == 0 else None

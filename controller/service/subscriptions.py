@@ -16,25 +16,10 @@ from controller.domain.subscription import evaluate, next_read_in, threshold_sen
 from controller.domain.types import Usage, Window
 from controller.models import SubscriptionSpec
 from controller.runtime import Runtime
-from controller.service.boxes import validation_message
+from controller.models import validation_message
+from controller.service.loginload import load_login
 
 log = logging.getLogger("agentbox.subscriptions")
-
-
-async def load_login(rt: Runtime, namespace: str, spec: SubscriptionSpec) -> tuple[Any | None, str, str]:
-    """(login or None, condition reason, message). Messages never hold secret values."""
-    from controller.providers.credentials import InvalidLogin, parse_login
-
-    ref = spec.credentials_secret_ref
-    exists, text = await rt.kube.get_secret_value(namespace, ref.name, ref.key)
-    if not exists:
-        return None, C.R_SECRET_NOT_FOUND, f"spec.credentialsSecretRef.name: Secret {ref.name!r} not found"
-    if text is None:
-        return None, C.R_SECRET_KEY_MISSING, f"spec.credentialsSecretRef.key: Secret {ref.name!r} has no key {ref.key!r}"
-    try:
-        return parse_login(spec.provider, text), C.R_RECONCILED, "Login file is valid"
-    except InvalidLogin as exc:
-        return None, C.R_INVALID_LOGIN, f"spec.credentialsSecretRef: login file unusable: {exc}"
 
 
 async def validate_subscription(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
@@ -49,7 +34,8 @@ async def validate_subscription(body: dict[str, Any], rt: Runtime) -> tuple[dict
         msg = validation_message(exc)
         conds = set_condition(status.get("conditions") or [], C.COND_CREDENTIALS_VALID, False, C.R_INVALID_SPEC, msg, now, gen)
         return {"conditions": conds, "state": "Unknown", "observedGeneration": gen}, [("Warning", C.R_INVALID_SPEC, msg)]
-    login, reason, msg = await load_login(rt, meta["namespace"], spec)
+    loaded = await load_login(rt.kube, meta["namespace"], spec)
+    login, reason, msg = loaded.login, loaded.reason, loaded.message
     conds = set_condition(status.get("conditions") or [], C.COND_CREDENTIALS_VALID, login is not None, reason, msg, now, gen)
     out = {"conditions": conds, "observedGeneration": gen,
            "threshold": threshold_sentence(spec.reserve.five_hour_percent, spec.reserve.weekly_percent)}
@@ -105,7 +91,8 @@ class SubscriptionReader:
         now = rt.clock()
         # The Secret may be created, fixed or removed after the Subscription: CredentialsValid follows
         # it here (the validate handler only runs when the Subscription itself changes).
-        login, reason, msg = await load_login(rt, self.namespace, spec)
+        loaded = await load_login(rt.kube, self.namespace, spec)
+        login, reason, msg = loaded.login, loaded.reason, loaded.message
         if login is not None:  # login lifecycle: refresh, store, propagate, read back (service/logins.py)
             kept = await self.logins.tick(spec, login, status)
             login, status, self.login_delay = kept.login, kept.status, kept.delay

@@ -38,7 +38,8 @@ from controller.domain.podstate import box_container_view
 from controller.domain.resume import ResumeConfig, limit_key, next_pass_in
 from controller.domain.signals import merge
 from controller.domain.types import Detection, TabState
-from controller.kube.exec import owned_exec
+from controller.agents.registry import get_adapter
+from controller.kube.exec import owned_exec, owned_exec_open
 from controller.kube.objects import NotOwned, box_container, owned_by, pod_name
 from controller.models import AgentBoxSpec
 from controller.runtime import Runtime
@@ -94,7 +95,7 @@ class BoxWatcher:
         self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
-        self._structured_seen: tuple[int, datetime, Any] | None = None  # (screens hash, read at, result)
+        self._structured_seen: tuple[int, datetime, Any] | None = None  # (tab states hash, read at, result)
 
     async def aclose(self) -> None:
         """Detach the live tmux stream (the watcher stops)."""
@@ -105,8 +106,6 @@ class BoxWatcher:
     # ------------------------------------------------------------------ one pass
     async def tick(self, body: dict[str, Any]) -> float:
         """Observe, decide, act and record once; return seconds until the next pass is needed."""
-        from controller.agents.base import get_profile
-
         s = self.rt.settings
         meta = body.get("metadata") or {}
         self._uid = meta.get("uid")
@@ -115,8 +114,8 @@ class BoxWatcher:
         except ValidationError:
             return s.scan_interval_s  # the reconcile handler reports the invalid spec
         status = body.get("status") or {}
-        profile = get_profile(spec.agent)
-        facts = self._facts(spec, profile)
+        adapter = get_adapter(spec.agent)
+        facts = self._facts(spec, adapter)
         if self.memory is None:
             self.memory = memory_from_status(status, spec.subscription)
             switch = status.get("switch")
@@ -124,6 +123,7 @@ class BoxWatcher:
         obs = Observation(
             box=facts, generation=meta.get("generation"), conditions=tuple(status.get("conditions") or []),
             state=status.get("state"), usage_max_age_s=s.usage_max_age_s, stall_s=s.stall_s,
+            stream_disabled=not s.tmux_stream,
         )
 
         # ---- observe: the pod (and decide on it: heal, Ready, or read the tabs)
@@ -173,7 +173,7 @@ class BoxWatcher:
         now = self.rt.clock()
         dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
         dets, file_problems = await self._structured(term, spec, dets, now, screens)
-        subs = await self.rt.kube.list_custom(C.SUBSCRIPTION_PLURAL, self.namespace)
+        subs = await self.rt.kube.list_custom_shared(C.SUBSCRIPTION_PLURAL, self.namespace)
         problems = dict(obs.input_problems)
         if file_problems is not None:
             problems["files"] = (C.R_INVALID_BOX_FILE, tuple(file_problems))
@@ -188,20 +188,23 @@ class BoxWatcher:
 
         # ---- decide, execute, record
         screen_ready = self._screen_ready(term, spec.agent, tz, patterns)
-        decision = await self._run(obs, term, profile, {t.name: t for t in tabs}, screen_ready)
+        decision = await self._run(obs, term, adapter, {t.name: t for t in tabs}, screen_ready)
         if decision.complete:
             self._pending_switch = None
         live = self.stream is not None and self.stream.connected
-        return next_pass_in(decision.wake_at, self.rt.clock(), s.stream_rescan_s if live else s.scan_interval_s)
+        rescan = s.stream_rescan_s if live else s.scan_interval_s
+        if decision.memory.out_of_date:  # a pod update waits for idle tabs, judged from this pass's records
+            rescan = min(rescan, s.scan_interval_s)
+        return next_pass_in(decision.wake_at, self.rt.clock(), rescan)
 
-    async def _run(self, obs: Observation, term: BoxTerminal | None = None, profile: Any = None,
+    async def _run(self, obs: Observation, term: BoxTerminal | None = None, adapter: Any = None,
                    tabs: dict[str, Any] | None = None, screen_ready: Any = None,
                    body: dict[str, Any] | None = None) -> BoxDecision:
         """decide -> execute until the decision is complete, then record. A pass that fails mid-way keeps the
         journals it wrote ahead in memory (the next pass completes them), nothing else of its decision."""
         mem0 = self.memory or Memory()
         now = self.rt.clock()
-        executor = Executor(self.rt, self.namespace, self.name, self._uid, profile, term,  # type: ignore[arg-type]
+        executor = Executor(self.rt, self.namespace, self.name, self._uid, adapter, term,  # type: ignore[arg-type]
                             self.post_event, self._record, screen_ready, tabs or {}, body, self.writer.write)
         decision: BoxDecision | None = None
         try:
@@ -231,15 +234,15 @@ class BoxWatcher:
 
     # ------------------------------------------------------------------ observing helpers
     @staticmethod
-    def _facts(spec: AgentBoxSpec, profile: Any) -> BoxFacts:
+    def _facts(spec: AgentBoxSpec, adapter: Any) -> BoxFacts:
+        """The spec and the agent adapter's facts the decision needs (`adapter`: `AgentAdapter`)."""
         rot = spec.when_agent_stops.rotation
-        provider = C.SUPPORTED_SUBSCRIPTION_AGENTS.get(spec.agent)
         return BoxFacts(
-            agent=spec.agent, subscription=spec.subscription, watched=bool(provider and spec.subscription),
+            agent=spec.agent, subscription=spec.subscription, watched=bool(adapter.provider and spec.subscription),
             resume_after_reset=spec.when_agent_stops.resume_after_reset, rotation=rot.enabled,
-            rotation_group=rot.group, rotation_selected=tuple(rot.subscriptions), provider=provider or "",
-            restarts=bool(profile.restart_argv), continue_text=profile.continue_text,
-            stop_to_switch=profile.stop_to_switch_login,
+            rotation_group=rot.group, rotation_selected=tuple(rot.subscriptions), provider=adapter.provider or "",
+            restarts=bool(adapter.restart_argv), continue_text=adapter.continue_text,
+            stop_to_switch=adapter.exit_before_login_switch, stop_keys=tuple(adapter.stop_keys),
         )
 
     def _stream_state(self) -> StreamView | None:
@@ -284,22 +287,8 @@ class BoxWatcher:
         return StreamTerminal(exec_fn, self.stream, s.send_pause_s)
 
     def _open_fn(self, pod: dict[str, Any], container: str):
-        """Open a long-lived exec in the box's own pod (ownership proven first, as `owned_exec`)."""
-        from controller.kube.objects import require_owned
-
-        require_owned(pod, self._uid, "Pod", self.name)
-        meta = pod.get("metadata") or {}
-        namespace, name, open_ = meta.get("namespace"), meta.get("name"), self.rt.exec_open
-
-        async def run(argv: list[str]) -> Any:
-            try:
-                stream = await open_(namespace, name, container, argv)
-            except Exception:
-                metrics.EXEC_CALLS.labels("error").inc()
-                raise
-            metrics.EXEC_CALLS.labels("stream").inc()
-            return stream
-        return run
+        """Open a long-lived exec in the box's own pod (`owned_exec_open`: ownership proven, counted)."""
+        return owned_exec_open(self.rt.exec_open, pod, self._uid, self.name, container)
 
     # ------------------------------------------------------------------ structured signals (level 1)
     async def _structured(self, term: BoxTerminal, spec: AgentBoxSpec, dets: dict[str, Detection],
@@ -307,17 +296,20 @@ class BoxWatcher:
                           ) -> tuple[dict[str, Detection], list[str] | None]:
         """Merge the agent's own machine-readable usage (Claude Code statusline input, Codex rollout
         `token_count` events) into the screen detections. Read only when a tab is not visibly busy; on the
-        live stream, only when a screen changed since the last read (the agents write these files as they
-        draw), else the last read is reused. Returns the detections and the problems of the files read
-        (None when none was read)."""
+        live stream, only when a tab stopped (the tabs' detected states changed since the last read: the
+        agents write these files when a turn ends) or the last read is `stream_rescan_s` old, else the
+        last read is reused. Returns the detections and the problems of the files read (None when none
+        was read)."""
         if not any(d.state in (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN) for d in dets.values()):
             return dets, None
         from controller.service.boxfiles import read_structured
 
-        digest = hash(tuple(sorted((screens or {}).items())))
+        digest = hash(tuple(sorted((name, d.state, d.kind, limit_key(d) if d.state == TabState.RATE_LIMITED
+                                    else None) for name, d in dets.items())))
         seen = self._structured_seen
         reuse = (isinstance(term, StreamTerminal) and term.stream.connected and seen is not None
-                 and seen[0] == digest)
+                 and seen[0] == digest
+                 and (now - seen[1]).total_seconds() < self.rt.settings.stream_rescan_s)
         problems: list[str] = []
         try:
             if reuse:
@@ -347,23 +339,13 @@ class BoxWatcher:
         return out, tuple(e + " (the pattern is ignored)" for e in sorted(errors))
 
     def _detect(self, agent: str, screen: str, now: datetime, tz: str, patterns: list[Any]) -> Detection:
-        from controller.agents.base import detect
+        from controller.agents.registry import detect
 
         return detect(agent, screen, now, tz, patterns)
 
     def _exec_fn(self, pod: dict[str, Any], container: str):
-        """Exec into the box's own pod (ownership proven by `owned_exec`), counted in metrics."""
-        bound = owned_exec(self.rt.exec, pod, self._uid, self.name, container)
-
-        async def run(argv: list[str], stdin: str | None = None):
-            try:
-                result = await (bound(argv, stdin=stdin) if stdin is not None else bound(argv))
-            except Exception:
-                metrics.EXEC_CALLS.labels("error").inc()
-                raise
-            metrics.EXEC_CALLS.labels("ok" if result.rc == 0 else "nonzero").inc()
-            return result
-        return run
+        """Exec into the box's own pod (`owned_exec`: ownership proven, counted in metrics)."""
+        return owned_exec(self.rt.exec, pod, self._uid, self.name, container)
 
     async def _session_exists(self, pod: dict[str, Any], container: str) -> bool | None:
         """`tmux has-session` in the box container: True/False, None when exec itself failed."""

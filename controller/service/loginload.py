@@ -1,0 +1,90 @@
+"""The one login loader: a Subscription's login file from its Secret, parsed, with the reason it is unusable.
+
+Used by the Subscription's validation and login keeper, the box reconcile (the box credentials Secret is
+copied from it) and the tab watcher (rotation, the reserve's restore, the usage re-read at a reset).
+Messages name the field and the Secret, never a value (:mod:`controller.providers.credentials` says why a
+file is unusable without quoting it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from controller import constants as C
+from controller.models import SubscriptionSpec, validation_message
+from controller.providers.credentials import InvalidLogin, Login, parse_login
+
+
+@dataclass(frozen=True)
+class LoadedLogin:
+    """A Subscription's login as read now.
+
+    Attributes:
+        provider: the Subscription's provider ("anthropic" | "openai"), "" when its spec is invalid.
+        text: the login file's text from the Secret, None when absent.
+        login: the parsed login, None when unusable (then ``reason`` and ``message`` say why).
+        reason: a condition reason: ``Reconciled`` when usable, else ``SubscriptionNotFound``,
+            ``InvalidSpec``, ``SecretNotFound``, ``SecretKeyMissing`` or ``InvalidLogin``.
+        message: one line naming the field (prefixed with the Subscription's name when loaded by name).
+    """
+
+    provider: str
+    text: str | None
+    login: Login | None
+    reason: str
+    message: str
+
+    @property
+    def usable(self) -> bool:
+        """True when the login parsed (``text`` and ``login`` are set)."""
+        return self.login is not None
+
+
+async def load_login(kube: Any, namespace: str, spec: SubscriptionSpec, prefix: str = "") -> LoadedLogin:
+    """Read and parse the login a Subscription ``spec`` names (``spec.credentialsSecretRef``).
+
+    Args:
+        kube: :class:`controller.kube.objects.Kube` (``get_secret_value``).
+        namespace: the Subscription's namespace (its Secret is there).
+        spec: the validated Subscription spec.
+        prefix: text put before each message (e.g. "Subscription 'team-a' " when a box reports it).
+
+    Raises:
+        Whatever the Kubernetes store raises for errors other than 404.
+    """
+    ref = spec.credentials_secret_ref
+    exists, text = await kube.get_secret_value(namespace, ref.name, ref.key)
+    if not exists:
+        return LoadedLogin(spec.provider, None, None, C.R_SECRET_NOT_FOUND,
+                           f"{prefix}spec.credentialsSecretRef.name: Secret {ref.name!r} not found")
+    if text is None:
+        return LoadedLogin(spec.provider, None, None, C.R_SECRET_KEY_MISSING,
+                           f"{prefix}spec.credentialsSecretRef.key: Secret {ref.name!r} has no key {ref.key!r}")
+    try:
+        login = parse_login(spec.provider, text)
+    except InvalidLogin as exc:
+        return LoadedLogin(spec.provider, text, None, C.R_INVALID_LOGIN,
+                           f"{prefix}spec.credentialsSecretRef: the login file in Secret {ref.name!r} key "
+                           f"{ref.key!r} is unusable: {exc}")
+    return LoadedLogin(spec.provider, text, login, C.R_RECONCILED, "Login file is valid")
+
+
+async def load_login_of(kube: Any, namespace: str, name: str) -> LoadedLogin:
+    """Read the Subscription ``name`` and its login (:func:`load_login`, messages prefixed with its name).
+
+    Raises:
+        Whatever the Kubernetes store raises for errors other than 404.
+    """
+    sub = await kube.get_custom(C.SUBSCRIPTION_PLURAL, namespace, name)
+    if sub is None:
+        return LoadedLogin("", None, None, C.R_SUBSCRIPTION_NOT_FOUND,
+                           f"spec.subscription: Subscription {name!r} not found in namespace {namespace}")
+    try:
+        spec = SubscriptionSpec.model_validate(sub.get("spec") or {})
+    except ValidationError as exc:
+        return LoadedLogin("", None, None, C.R_SUBSCRIPTION_NOT_FOUND,
+                           f"Subscription {name!r} is invalid: {validation_message(exc)}")
+    return await load_login(kube, namespace, spec, prefix=f"Subscription {name!r} ")
