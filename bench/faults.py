@@ -17,7 +17,8 @@ whose reset is `--lead` seconds ahead. The operator is killed with SIGKILL
   before the line reaches tmux, or once tmux ran it and before its `%end` reaches the operator;
 
 and restarted after a uniformly random 0-`--max-restart-delay` s. Per tab: the `continue` submits the
-scripted agent logged. exactly once = one submit at or after the reset; lost = none by reset + 60 s; double =
+scripted agent logged. exactly once = one submit at or after the reset; lost = none by reset + 60 s (or 30 s
+after the restarted operator was ready, when that is later: a loaded machine can take a minute to start it); double =
 more than one; early = one before the reset. `restart_to_resume_s`: for tabs whose deadline (reset + margin)
 had passed when the restarted operator was ready (its first AgentBox watch), submit time minus that instant.
 
@@ -210,11 +211,14 @@ async def one_run(n: int, point: str, args: argparse.Namespace, rng: random.Rand
             restart_at = time.time()
             procs.append(start_operator(world, logfile))
             ready_at = None
-            found = await wait(lambda: watch_requests(world, since) is not None, 30, every=0.02)
+            # Under a heavy machine load the new process may take a minute to import and start: waited for
+            # (up to 180 s); the tabs are then judged from its readiness, not from the reset alone.
+            found = await wait(lambda: watch_requests(world, since) is not None, 180, every=0.02)
             ready_at = time.time() if found else None
         else:
             restart_at = ready_at = None
-        await wait(lambda: all(submits(world, p, t) for p, t in tabs), max(5.0, reset + 60 - time.time()))
+        until = max(reset + 60, (ready_at or 0) + 30)
+        await wait(lambda: all(submits(world, p, t) for p, t in tabs), max(5.0, until - time.time()))
         await asyncio.sleep(SETTINGS.settle_s + 3)
         per_tab = []
         for p, t in tabs:
@@ -334,6 +338,11 @@ async def main_async(args: argparse.Namespace) -> int:
     points = [s for s in STEPS for _ in range(args.per_step)] + ["random"] * args.random
     if args.only:
         points = [args.only] * args.per_step
+    for extra in args.extra:
+        name, _, count = extra.rpartition("=")
+        if name != "random" and name not in STEPS:
+            raise SystemExit(f"--extra: unknown point {name!r}")
+        points += [name] * int(count)
     if args.shuffle:
         rng.shuffle(points)
     results: list[dict] = []
@@ -370,6 +379,20 @@ async def main_async(args: argparse.Namespace) -> int:
             log(f"run {n} {point}: {ok}/{len(res['tabs'])} exactly once in {time.time() - started:.0f}s")
             print(json.dumps(res), flush=True)
     await asyncio.gather(*(run(n, point) for n, point in enumerate(points)))
+    return summarize(results, args, str(base))
+
+
+def summarize(results: list[dict], args: argparse.Namespace, workdir: str) -> int:
+    """Print the final JSON line of `results` (the per-run dicts, from this invocation or read back from the
+    JSON lines of several: `--summarize`); returns the exit status (1 unless every tab was resumed exactly
+    once and no run failed in the harness)."""
+    failovers = [r["failover_s"] for r in results if str(r["point"]).startswith("failover")
+                 and r.get("failover_s") is not None]
+    first_actions: dict[str, list[float]] = {"lease": [], "peering": []}
+    for r in results:
+        if str(r["point"]).startswith("failover") and r.get("first_action_s") is not None:
+            first_actions["peering" if r["point"] == "failover-peering" else "lease"].append(r["first_action_s"])
+    errors = [r for r in results if r.get("error")]
     tabs = [t for r in results for t in r["tabs"]]
     once = [t for t in tabs if t["submits"] == 1 and not t["early"]]
     r2r = [t["restart_to_resume_s"] for t in tabs if t["restart_to_resume_s"] is not None]
@@ -404,7 +427,9 @@ async def main_async(args: argparse.Namespace) -> int:
         "latency_after_reset_p50_s": pct(lat, 50), "latency_after_reset_p99_s": pct(lat, 99),
         "ready_after_restart_p50_s": pct([r["ready_after_restart_s"] for r in results
                                           if r["ready_after_restart_s"] is not None], 50),
-        "harness_errors": len(errors), "by_point": by_point, "workdir": str(base),
+        "ready_after_restart_max_s": max((r["ready_after_restart_s"] for r in results
+                                          if r["ready_after_restart_s"] is not None), default=None),
+        "harness_errors": len(errors), "by_point": by_point, "workdir": workdir,
     }
     print(json.dumps(summary), flush=True)
     return 0 if len(once) == len(tabs) and not errors else 1
@@ -430,9 +455,16 @@ def main(argv: list[str] | None = None) -> int:
                    "operator process; latencies grow with the load)")
     p.add_argument("--stream", action="store_true", help="the operator follows the boxes over the live tmux stream "
                    "(setting tmux_stream); named steps are then killed on the stream's command lines")
+    p.add_argument("--extra", action="append", default=[], metavar="POINT=N",
+                   help="N more runs of POINT (a named step or 'random'), repeatable (to complete a series)")
+    p.add_argument("--summarize", nargs="+", metavar="JSONL",
+                   help="print the final JSON line of the runs in these files (this script's output) and exit")
     p.add_argument("--keep", action="store_true", help="keep every run's directory (failed runs are kept)")
     p.add_argument("--workdir", default=str(ROOT / "tmp"), help="where run directories go")
     args = p.parse_args(argv)
+    if args.summarize:
+        results = [json.loads(line) for f in args.summarize for line in open(f) if line.strip()]
+        return summarize([r for r in results if "point" in r], args, ",".join(args.summarize))
     pathlib.Path(args.workdir).mkdir(parents=True, exist_ok=True)
     return asyncio.run(main_async(args))
 

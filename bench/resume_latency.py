@@ -41,7 +41,7 @@ Output: progress lines, a summary, then ONE final JSON line with every figure. E
 the number of `continue` submits differs from the number of tabs, a tab got two, or one came
 before its reset. Every tmux server (and so every agent) is killed on exit (World.stop).
 
-`--stream` runs the operator with `tmux_stream` on (the live tmux stream per box instead of polling).
+The operator follows tmux over the live stream (`tmux_stream`, the default); `--polling` polls instead.
 (The former `--prototype` path patched `BoxWatcher` methods that no longer exist and silently measured
 the unpatched controller; it was removed.)
 """
@@ -338,7 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lead", type=float, default=20.0, help="first reset this long after the agents start (default 20)")
     p.add_argument("--timeout", type=float, default=90.0, help="give up this long after the last reset (default 90)")
     p.add_argument("--settle", type=float, default=12.0, help="watch for duplicate sends this long after the last (default 12)")
-    p.add_argument("--stream", action="store_true", help="the operator follows tmux over the live stream (settings.tmux_stream)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--stream", dest="stream", action="store_true", default=True,
+                      help="the operator follows tmux over the live stream (settings.tmux_stream; default)")
+    mode.add_argument("--polling", dest="stream", action="store_false", help="poll every scan interval instead")
     p.add_argument("--details", metavar="FILE", help="write per-tab figures and the boxes' Events to FILE (JSON)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (agent logs) for inspection")
     p.add_argument("--verbose", action="store_true", help="operator logs at INFO")

@@ -11,7 +11,7 @@ and send `continue`, which the fake agent accepts only on another account's logi
 Printed: per-box reaction (limit line -> `continue` submitted on the new account), p50/p99/max,
 switches, and a final JSON line. Exit 1 if a box did not switch or got `continue` twice.
 
-Usage: .venv/bin/python bench/rotation_reaction.py [--boxes 10] [--spares 3] [--spread 30] [--scan 5] [--stream]
+Usage: .venv/bin/python bench/rotation_reaction.py [--boxes 10] [--spares 3] [--spread 30] [--scan 5] [--stream | --polling]
 """
 
 from __future__ import annotations
@@ -105,7 +105,10 @@ def main() -> int:
     p.add_argument("--spares", type=int, default=3)
     p.add_argument("--spread", type=float, default=30.0)
     p.add_argument("--scan", type=float, default=5.0, help="scan_interval_s of the operator")
-    p.add_argument("--stream", action="store_true", help="follow tmux over the live stream (settings.tmux_stream)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--stream", dest="stream", action="store_true", default=True,
+                      help="follow tmux over the live stream (settings.tmux_stream; default)")
+    mode.add_argument("--polling", dest="stream", action="store_false", help="poll every scan interval instead")
     ns = p.parse_args()
     result = asyncio.run(run(ns))
     print(f"reaction limit line -> continue on the new account (s): p50 {result['reaction_p50_s']}  "

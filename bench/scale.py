@@ -16,11 +16,11 @@ Phases:
    resets; the provider's window resets at that instant). Resume lag = (continue received - reset) -
    `resume_margin_s`, per box.
 
-The operator runs in this process (kopf in its own thread, as in the component tests; the API server and
-provider emulators run on the main thread). CPU is the operator's: the CPU time of every thread but the
-main one. RSS: `rss_mib` is this process's RSS minus its RSS before the operator started (an estimate of
-the controller's share; the emulator's own stores grow too, so it is an upper bound), `rss_process_mib`
-the whole process.
+The operator runs as its own OS process (`python -m controller run`, as in a cluster, PR_SET_PDEATHSIG),
+so it does not share a GIL with the API server and provider emulators (this process): `cpu_idle_cores` is
+that process's CPU time over the idle window, `rss_mib` its RSS. `--in-process` runs kopf in a thread of
+this process instead (as the component tests do; the former default): CPU is then every thread but the
+main one, and `rss_mib` this process's RSS minus its RSS before the operator started (an upper bound).
 
 Final line: JSON with `boxes`, `subscriptions`, `tmux_stream`, `idle_s`, `idle_exec_per_box_hour`,
 `idle_stream_opens_per_box_hour`, `idle_exec_per_box_min`, `api_requests_per_min`, `rss_mib`,
@@ -34,12 +34,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import json
 import logging
 import math
 import os
 import pathlib
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -110,9 +113,71 @@ def operator_cpu_s() -> float:
     return total / tick
 
 
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process `pid` (0.0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_rss_mib(pid: int) -> float:
+    """Resident set of process `pid` in MiB (0.0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _pdeathsig() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def spawn_operator(world: World, logfile: pathlib.Path) -> subprocess.Popen:
+    """`python -m controller run` against the world's API server, with the world's settings as
+    AGENTBOX_* variables (as bench/faults.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_")}
+    env.update({"KUBECONFIG": str(world.kubeconfig), "PYTHONPATH": str(ROOT)})
+    for key, value in world.settings.model_dump(mode="json").items():
+        if value is not None:
+            env["AGENTBOX_" + key.upper()] = json.dumps(value) if isinstance(value, (list, dict, bool)) else str(value)
+    return subprocess.Popen([sys.executable, "-m", "controller", "run", "--namespace", world.namespace,
+                             "--liveness", ""], env=env, stdout=open(logfile, "ab"), stderr=subprocess.STDOUT,
+                            preexec_fn=_pdeathsig, cwd=str(ROOT))
+
+
 def controller_requests(world: World, start: int, end: int) -> int:
     """Requests the controller made (the bench's own client is aiohttp's default `Python/...` agent)."""
     return sum(1 for e in world.kube.journal[start:end] if not e.user_agent.startswith("Python/"))
+
+
+def start_profiler(path: str | None, pid: int) -> subprocess.Popen | None:
+    """py-spy sampling process `pid` (the operator; every thread, GIL holders only) from the first limit
+    line to the last resume; collapsed stacks go to `path` (flamegraph.pl or speedscope read them).
+    None without `path`."""
+    if not path:
+        return None
+    spy = shutil.which("py-spy") or str(pathlib.Path(sys.executable).with_name("py-spy"))
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "100", "--threads", "--gil",
+                             "--nonblocking", "--format", "raw", "--output", path],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_profiler(proc: subprocess.Popen | None) -> None:
+    """Stop py-spy (SIGINT writes its output) and wait for it."""
+    if proc is None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
@@ -120,6 +185,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
     settings = SETTINGS.model_copy(update={"tmux_stream": args.stream})
     world = World(workdir / "world", settings)
     await world.start()
+    proc: subprocess.Popen | None = None
     try:
         boxes = [f"box-{i:04d}" for i in range(args.boxes)]
         sub_of = {box: i % args.subscriptions for i, box in enumerate(boxes)}
@@ -139,7 +205,22 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             fifos[box] = workdir / f"{box}.fifo"
             os.mkfifo(fifos[box])
         rss_before = rss_mib()
-        world.start_operator()
+        if args.in_process:
+            world.start_operator()
+
+            def cpu_s() -> float:
+                return operator_cpu_s()
+
+            def rss() -> float:
+                return rss_mib() - rss_before
+        else:
+            proc = spawn_operator(world, workdir / "operator.log")
+
+            def cpu_s() -> float:
+                return proc_cpu_s(proc.pid)
+
+            def rss() -> float:
+                return proc_rss_mib(proc.pid)
         sem = asyncio.Semaphore(16)
 
         async def start_pod(box: str) -> None:
@@ -165,16 +246,16 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
         # ---------------------------------------------------------------- idle
         j0, e0, s0 = len(world.kube.journal), len(world.kube.exec_journal), len(world.kube.exec_streams)
         streams_open0 = sum(1 for _ in world.kube.exec_streams)
-        c0, t0 = operator_cpu_s(), time.monotonic()
+        c0, t0 = cpu_s(), time.monotonic()
         await asyncio.sleep(args.idle)
         j1, e1, s1 = len(world.kube.journal), len(world.kube.exec_journal), len(world.kube.exec_streams)
-        c1, t1 = operator_cpu_s(), time.monotonic()
+        c1, t1 = cpu_s(), time.monotonic()
         idle_s = t1 - t0
         # one-shot execs end in exec_journal; streams also end there when they close (count them apart)
         stream_ends = sum(1 for r in world.kube.exec_journal[e0:e1] if r.argv[1:3] == ("-C", "attach-session"))
         execs = (e1 - e0) - stream_ends
         opens = s1 - s0
-        rss_idle, rss_process = rss_mib() - rss_before, rss_mib()
+        rss_idle, rss_process = rss(), rss_mib()
         requests = controller_requests(world, j0, j1)
         exec_verbs = Counter(" ".join(r.argv[:2]) for r in world.kube.exec_journal[e0:e1]
                              if r.argv[1:3] != ("-C", "attach-session"))
@@ -186,6 +267,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             f"CPU {(c1 - c0) / idle_s:.3f} cores, RSS +{rss_idle:.0f} MiB")
 
         # ---------------------------------------------------------------- bursts
+        profiler = start_profiler(args.profile, proc.pid if proc is not None else os.getpid())
         groups = max(1, min(args.bursts, args.subscriptions))
         now = time.time()
         resets = {}
@@ -226,18 +308,20 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             wrong += text != "continue"
             early += t < reset_of[box]
             lags.append(t - reset_of[box] - settings.resume_margin_s)
-        c2 = operator_cpu_s()
+        c2 = cpu_s()
+        stop_profiler(profiler)
         p99 = pct(lags, 99)
         p50 = pct(lags, 50)
         return {
             "boxes": args.boxes, "subscriptions": args.subscriptions, "tabs": args.boxes,
-            "tmux_stream": args.stream, "scan_interval_s": settings.scan_interval_s, "idle_s": round(idle_s, 1),
+            "tmux_stream": args.stream, "operator": "in-process" if args.in_process else "process",
+            "scan_interval_s": settings.scan_interval_s, "idle_s": round(idle_s, 1),
             "idle_exec_calls": execs, "idle_stream_opens": opens,
             "idle_exec_per_box_hour": round(execs * per_hour, 2),
             "idle_exec_per_box_min": round(execs * per_hour / 60, 3),
             "idle_stream_opens_per_box_hour": round(opens * per_hour, 2),
             "api_requests_per_min": round(requests * 60 / idle_s, 1),
-            "rss_mib": round(rss_idle, 1), "rss_process_mib": round(rss_process, 1),
+            "rss_mib": round(rss_idle, 1), "rss_bench_process_mib": round(rss_process, 1),
             "cpu_idle_cores": round((c1 - c0) / idle_s, 4),
             "cpu_total_s": round(c2, 1),
             "bursts": groups, "resumed": len(lags), "missing": missing, "early": early, "wrong_text": wrong,
@@ -251,6 +335,14 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             "idle_requests_by_kind": dict(request_kinds.most_common(10)),
         }
     finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            for _ in range(100):
+                if proc.poll() is not None:
+                    break
+                await asyncio.sleep(0.1)
+            if proc.poll() is None:
+                proc.kill()
         await world.stop()
 
 
@@ -265,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--stream", dest="stream", action="store_true", default=True,
                       help="the live tmux stream per box (settings.tmux_stream; default)")
     mode.add_argument("--polling", dest="stream", action="store_false", help="poll every scan_interval_s")
+    p.add_argument("--in-process", action="store_true",
+                   help="run kopf in a thread of this process (shares the GIL with the emulators)")
+    p.add_argument("--profile", metavar="FILE",
+                   help="py-spy (pip install py-spy) samples the bursts; collapsed stacks to FILE")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     if not 1 <= args.subscriptions <= args.boxes:

@@ -138,8 +138,9 @@ async def finish(world: World, snap: Snapshot, logs: _Logs) -> Snapshot:
         return next((e["t"] for e in world.agent_log(GOOD, "main") if e["event"] == "submit"), None)
     await eventually(sent, snap.good_reset - time.time() + 40, what="the healthy box resumed")
     snap.good_sent_at = sent()
-    snap.extra["passes"] = {name: sum(1 for r in world.kube.exec_journal if r.pod == name and "list-windows" in r.argv)
-                            for name in snap.extra.get("boxes", [])}
+    from harness.world_fixtures import watcher_passes
+
+    snap.extra["passes"] = {name: watcher_passes(world, name) for name in snap.extra.get("boxes", [])}
     await world.stop_operator()  # flush: every Event and log line is written
     snap.good_submits = [e["text"] for e in world.agent_log(GOOD, "main") if e["event"] == "submit"]
     snap.boxes = {b["metadata"]["name"]: b for b in world.kube.objects(C.AGENTBOX_PLURAL, world.namespace)}
@@ -500,7 +501,10 @@ async def _box_run(world: World) -> Snapshot:
 async def box_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Snapshot:
     from harness.world_fixtures import FAST
 
-    return await group("box", tmp_path_factory, _box_run, FAST.model_copy(update={"exec_max_output_bytes": 131072}))
+    # stream_rescan_s: on the live stream an unchanged box is re-passed only every rescan; "its watcher
+    # kept running" (passes after its bad input was reported) needs passes, so rescan as often as the scan.
+    return await group("box", tmp_path_factory, _box_run, FAST.model_copy(update={
+        "exec_max_output_bytes": 131072, "stream_rescan_s": FAST.scan_interval_s}))
 
 
 @pytest.mark.parametrize("case", list(BOX_CASES))

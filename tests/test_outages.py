@@ -123,3 +123,35 @@ async def test_a_box_whose_exec_hangs_does_not_delay_another(world: World, mode:
     assert sent - reset < world.settings.exec_timeout_s, f"box-a resumed {sent - reset:.1f} s after its reset"
     print(f"healthy box resumed {sent - reset:.2f} s after the reset while box-b's exec {mode}s")
     assert submits(world, "box-b", "main") == []
+
+
+async def test_provider_emulator_goes_down_as_a_real_one():
+    """The emulator's down switch: refused connections (keep-alive connections reset), 503 with an HTML
+    body, 429 with Retry-After; and back up on the same port."""
+    import aiohttp
+
+    from agentbox_sim.provider import ProviderEmulator
+
+    async with ProviderEmulator() as emu, aiohttp.ClientSession() as http:
+        emu.add_login("tok", "acct")
+        auth = {"Authorization": "Bearer tok"}
+        async with http.get(emu.url + USAGE, headers=auth) as resp:
+            assert resp.status == 200
+        await emu.set_down("refuse")
+        with pytest.raises(aiohttp.ClientConnectionError):  # the kept-alive connection is reset
+            async with http.get(emu.url + USAGE, headers=auth):
+                pass
+        with pytest.raises(aiohttp.ClientConnectorError):  # a new connection is refused
+            async with aiohttp.ClientSession() as fresh, fresh.get(emu.url + USAGE, headers=auth):
+                pass
+        await emu.set_down("5xx", path=USAGE)
+        async with http.get(emu.url + USAGE, headers=auth) as resp:
+            assert resp.status == 503 and resp.content_type == "text/html"
+        async with http.get(emu.url + "/api/oauth/profile", headers=auth) as resp:
+            assert resp.status == 200, "only the usage path is down"
+        await emu.set_down("429", retry_after="120", path=USAGE)
+        async with http.get(emu.url + USAGE, headers=auth) as resp:
+            assert resp.status == 429 and resp.headers["Retry-After"] == "120"
+        await emu.set_down(None)
+        async with http.get(emu.url + USAGE, headers=auth) as resp:
+            assert resp.status == 200

@@ -3,9 +3,12 @@ re-announced. The real operator runs against the emulator; every exec call and e
 the emulator's journal, so each scenario counts watcher passes, exec calls, Events and webhook calls
 while the box sits in one unchanging state.
 
-A pass is one `tmux list-windows` exec (the watcher lists the tabs once per pass). Instead of
-sleeping for a fixed window, each test waits for a number of passes and checks how long they took:
-a sane watcher needs about a scan interval per pass; a hot loop does them in milliseconds.
+A pass is counted by its box's existence check (`harness.world_fixtures.watcher_passes`: one per pass, on
+the live stream as when polling). Instead of sleeping for a fixed window, each test waits for a number of
+passes and checks how long they took: a sane watcher needs about a scan interval per pass; a hot loop does
+them in milliseconds. On the live stream an unchanged box is only re-passed every `stream_rescan_s`; these
+worlds set it to the scan interval so the unchanged state IS re-handled (what must not spin nor
+re-announce) in both modes.
 """
 
 from __future__ import annotations
@@ -29,16 +32,19 @@ BOX = "box-a"
 
 @pytest_asyncio.fixture
 async def world(tmp_path):
-    """The usual test world with a 2 s scan interval, so a pass loop is told from a sane one by a
-    wide margin even on a loaded machine (an exec call takes up to ~0.2 s there)."""
+    """The usual test world with a 2 s scan interval (and stream rescan), so a pass loop is told from a
+    sane one by a wide margin even on a loaded machine (an exec call takes up to ~0.2 s there)."""
     from harness.world_fixtures import FAST
 
-    async with World(tmp_path / "world", FAST.model_copy(update={"scan_interval_s": 2.0})) as w:
+    async with World(tmp_path / "world", FAST.model_copy(update={"scan_interval_s": 2.0,
+                                                                "stream_rescan_s": 2.0})) as w:
         yield w
 
 
 def passes(world: World, pod: str = BOX) -> int:
-    return sum(1 for r in world.kube.exec_journal if r.pod == pod and "list-windows" in r.argv)
+    from harness.world_fixtures import watcher_passes
+
+    return watcher_passes(world, pod)
 
 
 def exec_calls(world: World, pod: str = BOX) -> int:

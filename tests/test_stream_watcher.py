@@ -49,3 +49,43 @@ async def test_limit_resumed_over_the_stream_and_waiting_costs_no_exec(sworld: W
     await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "Working", 10)
     attach = [a for *_, a in world.kube.exec_streams if a[1:3] == ("-C", "attach-session")]
     assert len(attach) == 1, "one long-lived stream"
+
+
+async def test_structured_files_are_read_when_a_tab_stops_not_at_every_pass(sworld: World) -> None:
+    """On the stream, the agent's structured files (statusline, transcripts) are read when a tab's state
+    changes (a turn ended, a limit came), not at every pass: passes whose screens changed but whose tabs
+    stay in the same state reuse the last read."""
+    from harness.world_fixtures import watcher_passes
+
+    from agentbox_sim.world import TabSpec, claude_login, utc_in
+
+    world = sworld
+    world.start_operator()
+    world.provider.add_login("tok-a", "acct-a")
+    world.provider.set_windows("acct-a", five_hour=(20.0, utc_in(3600)), weekly=(40.0, utc_in(86400)))
+    await world.add_secret("claude-login", "credentials.json", claude_login("tok-a"))
+    await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
+    await world.add_box("box-a", "claude-code", "claude-a")
+    await world.run_pod("box-a", [TabSpec("main", ["sh"])])
+    await eventually(lambda: condition(world, "box-a", "TerminalStream").get("status") == "True", 15,
+                     what="stream attached")
+    await eventually(lambda: tab_status(world, "box-a", "main").get("state"), 10, what="tab seen")
+
+    def reads() -> int:  # every exec in the box that is not tmux is a structured read (or a login push)
+        return sum(1 for r in world.kube.exec_journal if r.pod == "box-a" and r.argv[:1] != ("tmux",))
+    state, first = tab_status(world, "box-a", "main").get("state"), reads()
+    for i in range(3):  # the screen changes and a pass runs (a box update wakes it); the state stays
+        passes = watcher_passes(world, "box-a")
+        world.tmux("box-a", "send-keys", "-t", "=agentbox:main", "-l", f"echo line-{i}")
+        world.tmux("box-a", "send-keys", "-t", "=agentbox:main", "Enter")
+        await eventually(lambda i=i: f"line-{i}\n" in world.screen("box-a", "main") + "\n", 10)
+        await world.patch(world.box_path("box-a"), {"metadata": {"annotations": {"test/pass": str(i)}}})
+        await eventually(lambda p=passes: watcher_passes(world, "box-a") > p, 10, what="a pass")
+    assert tab_status(world, "box-a", "main").get("state") == state
+    assert reads() == first, "no structured read while no tab changed state"
+    # the tab stops on a limit: its files are read once more
+    world.tmux("box-a", "send-keys", "-t", "=agentbox:main", "-l",
+               "printf '  \\342\\216\\277  You'\"'\"'ve hit your 5-hour limit \\302\\267 resets 11:59pm (UTC)\\n'")
+    world.tmux("box-a", "send-keys", "-t", "=agentbox:main", "Enter")
+    await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "RateLimited", 15, what="limit seen")
+    assert reads() > first

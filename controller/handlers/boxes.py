@@ -46,6 +46,26 @@ async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         event.set()
 
 
+_ASKED = (C.ANNOTATION_RESUME_NOW, C.ANNOTATION_RESUME_AT, C.ANNOTATION_CANCEL_RESUME)
+_asked: dict[tuple[str, str], tuple[str | None, ...]] = {}
+
+
+@kopf.on.event(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="box-asked", registry=REGISTRY)
+async def asked(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A human set or changed a resume annotation (resume-now, resume-at, cancel-resume): wake the box's tab
+    watcher now. On the live tmux stream nothing else would (no screen changed; kopf calls no update
+    handler for annotations); polling would only see it at its next scan. Only wakes."""
+    key = (body.metadata.namespace, body.metadata.name)
+    if event.get("type") == "DELETED":
+        _asked.pop(key, None)
+        return
+    annotations = body.metadata.annotations or {}
+    values = tuple(annotations.get(a) for a in _ASKED)
+    if _asked.get(key, (None,) * len(_ASKED)) != values:
+        _asked[key] = values
+        memo.runtime.wakeup(*key).set()
+
+
 @kopf.on.event("", "v1", "pods", id="box-pod-changed", labels={C.LABEL_BOX: kopf.PRESENT,
                                                                   C.LABEL_MANAGED_BY: C.MANAGER_NAME},
                registry=REGISTRY)

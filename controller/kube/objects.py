@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-from typing import Any
+import json
+from typing import Any, Awaitable, Callable
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -202,6 +203,52 @@ def box_container(pod_spec: dict[str, Any], wanted: str | None) -> str | None:
     return names[0] if names else None
 
 
+class FreshRead:
+    """Concurrent callers of one read share it, and each still gets a result read AFTER it asked.
+
+    A caller arriving while no read is in flight starts one; a caller arriving while one is in flight
+    (it may have started before the caller asked, so it may predate a write the caller saw) waits for the
+    NEXT read, which starts when the current one ends and is shared by every caller queued meanwhile. So
+    N simultaneous callers cost at most two reads, and no caller gets an answer older than its call:
+    the same guarantee as each doing its own read.
+
+    Args:
+        fetch: the read (``await fetch()``); its errors reach every caller of that read.
+    """
+
+    def __init__(self, fetch: Callable[[], Awaitable[Any]]) -> None:
+        self._fetch = fetch
+        self._current: asyncio.Future[Any] | None = None
+        self._queued: asyncio.Future[Any] | None = None
+        self.reads = 0
+
+    async def get(self) -> Any:
+        """The result of a read started at or after this call."""
+        loop = asyncio.get_running_loop()
+        if self._current is None:
+            fut = self._current = loop.create_future()
+            asyncio.ensure_future(self._drive(fut))
+        else:
+            if self._queued is None:
+                self._queued = loop.create_future()
+            fut = self._queued
+        return await asyncio.shield(fut)
+
+    async def _drive(self, fut: asyncio.Future[Any]) -> None:
+        while True:
+            self.reads += 1
+            try:
+                fut.set_result(await self._fetch())
+            except Exception as exc:  # noqa: BLE001 - handed to every caller of this read
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: callers that went away do not leave it unobserved
+            if self._queued is None:
+                self._current = None
+                return
+            fut, self._queued = self._queued, None
+            self._current = fut
+
+
 class Kube:
     """The operator's Kubernetes client (official client, called in threads)."""
 
@@ -209,16 +256,36 @@ class Kube:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self._shared_lists: dict[tuple[str, str], FreshRead] = {}
+
+    @staticmethod
+    def _read_raw(read: Any, name: str, namespace: str) -> dict[str, Any]:
+        """`read(name, namespace)` of the official client as the API server's JSON, as a dict.
+
+        The client's model deserialization (V1Pod and the like, then back to a dict) cost more CPU than
+        the rest of a watcher pass at scale (bench/scale.py); the JSON is the same object.
+
+        Raises:
+            ApiException: as `read` (404 included); ValueError when the body is not a JSON object.
+        """
+        resp = read(name, namespace, _preload_content=False)
+        try:
+            body = json.loads(resp.data)
+        finally:
+            resp.release_conn()
+        if not isinstance(body, dict):
+            raise ValueError("the API server answered with something else than an object")
+        return body
 
     async def get_secret_value(self, namespace: str, name: str, key: str) -> tuple[bool, str | None]:
         """(secret exists, decoded value of `key` or None)."""
         try:
-            sec = await asyncio.to_thread(self.core.read_namespaced_secret, name, namespace)
+            sec = await asyncio.to_thread(self._read_raw, self.core.read_namespaced_secret, name, namespace)
         except ApiException as exc:
             if exc.status == 404:
                 return False, None
             raise
-        data = sec.data or {}
+        data = sec.get("data") or {}
         if key not in data:
             return True, None
         return True, base64.b64decode(data[key]).decode("utf-8", errors="replace")
@@ -261,12 +328,11 @@ class Kube:
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as a dict, or None."""
         try:
-            pod = await asyncio.to_thread(self.core.read_namespaced_pod, name, namespace)
+            return await asyncio.to_thread(self._read_raw, self.core.read_namespaced_pod, name, namespace)
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return self.api_client.sanitize_for_serialization(pod)
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         """Delete the pod `name` only if it is still the object with `uid` (a precondition: a pod re-created
@@ -328,6 +394,17 @@ class Kube:
         result = await asyncio.to_thread(self.custom.list_namespaced_custom_object,
                                          C.GROUP, C.VERSION, namespace, plural)
         return list(result.get("items") or [])
+
+    async def list_custom_shared(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+        """As :meth:`list_custom`, but simultaneous callers share the LIST (:class:`FreshRead`: every caller
+        gets a list read after it asked). The objects are shared between callers: read them, never change
+        them. Every box pass lists its namespace's Subscriptions: without this, a thousand boxes woken
+        together by one reset parsed a thousand copies of the same list (bench/scale.py)."""
+        key = (plural, namespace)
+        shared = self._shared_lists.get(key)
+        if shared is None:
+            shared = self._shared_lists[key] = FreshRead(lambda: self.list_custom(plural, namespace))
+        return list(await shared.get())
 
     async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the status subresource (lists in `status` replace the stored lists)."""

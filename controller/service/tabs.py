@@ -183,11 +183,12 @@ class BoxWatcher:
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
         self._stream_warned: str | None = None   # pod uid whose unusable stream was reported (one Event)
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
-        self._structured_seen: tuple[int, datetime, Any] | None = None  # (screens hash, read at, result)
+        self._structured_seen: tuple[int, datetime, Any] | None = None  # (tab states hash, read at, result)
         self._body: dict[str, Any] = {}
         self._spec: AgentBoxSpec | None = None
         self._status_lock = asyncio.Lock()   # status snapshots reach the API server in the order taken
         self._out_of_date: str | None = None
+        self._replacing: tuple[str, str] | None = None  # (Ready reason, message) of the pod being replaced
         self._pending_switch: dict[str, Any] | None = None  # status.switch found at start: completed first  # PodOutOfDate message while the pod predates spec.template
 
     async def aclose(self) -> None:
@@ -301,6 +302,9 @@ class BoxWatcher:
             stalled = stall_plan(plan.record, det, self.seen[tab.name][1], now, s.stall_s, last_lines(screen))
             if stalled is not None:
                 plan = stalled
+            elif det.state in (TabState.WORKING, TabState.UNKNOWN):
+                # On the live stream an unchanged screen wakes nothing: the stall instant is a deadline.
+                wake.append(self.seen[tab.name][1] + timedelta(seconds=s.stall_s))
             plan = self._apply_annotations(plan, det, annotations, now)
             plans[tab.name] = await self._act(term, tab, spec, det, plan, body, tz, patterns)
             self.records[tab.name] = plans[tab.name].record
@@ -316,7 +320,10 @@ class BoxWatcher:
         await self._write_status(body, spec, tabs, self.sub_problem)
 
         live = self.stream is not None and self.stream.connected
-        return next_pass_in(wake, self.rt.clock(), s.stream_rescan_s if live else s.scan_interval_s)
+        rescan = s.stream_rescan_s if live else s.scan_interval_s
+        if self._out_of_date:  # a pod update waits for idle tabs, judged from this pass's records by the next
+            rescan = min(rescan, s.scan_interval_s)
+        return next_pass_in(wake, self.rt.clock(), rescan)
 
     # ------------------------------------------------------------------ the live tmux stream
     def _terminal(self, pod: dict[str, Any], container: str, agent: str, tz: str, patterns: list[Any]) -> BoxTerminal:
@@ -356,16 +363,19 @@ class BoxWatcher:
                           now: datetime, screens: dict[str, str] | None = None) -> dict[str, Detection]:
         """Merge the agent's own machine-readable usage (Claude Code statusline input, Codex rollout
         `token_count` events) into the screen detections. Read only when a tab is not visibly busy; on the
-        live stream, only when a screen changed since the last read (the agents write these files as they
-        draw), else the last read is reused."""
+        live stream, only when a tab stopped (the tabs' detected states changed since the last read: the
+        agents write these files when a turn ends) or the last read is `stream_rescan_s` old, else the
+        last read is reused."""
         if not any(d.state in (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN) for d in dets.values()):
             return dets
         from controller.service.boxfiles import read_structured
 
-        digest = hash(tuple(sorted((screens or {}).items())))
+        digest = hash(tuple(sorted((name, d.state, d.kind, limit_key(d) if d.state == TabState.RATE_LIMITED
+                                    else None) for name, d in dets.items())))
         seen = self._structured_seen
         reuse = (isinstance(term, StreamTerminal) and term.stream.connected and seen is not None
-                 and seen[0] == digest)
+                 and seen[0] == digest
+                 and (now - seen[1]).total_seconds() < self.rt.settings.stream_rescan_s)
         problems: list[str] = []
         try:
             if reuse:
@@ -387,7 +397,7 @@ class BoxWatcher:
         """Apply rotation (switch on a trigger) and the reserve (stop, then restore) for this box."""
         provider = get_adapter(spec.agent).provider
         rot = spec.when_agent_stops.rotation
-        subs = [candidate_from(o) for o in await self.rt.kube.list_custom(C.SUBSCRIPTION_PLURAL, self.namespace)]
+        subs = [candidate_from(o) for o in await self.rt.kube.list_custom_shared(C.SUBSCRIPTION_PLURAL, self.namespace)]
         current = self.current or spec.subscription
         cur = next((c for c in subs if c.name == current), None)
         self._absorb_pre_switch_limits(dets, current, now)
@@ -545,10 +555,11 @@ class BoxWatcher:
         """The first limit line a tab shows after a switch, before it was seen working again, was
         printed on the old subscription (the capture of the switch's pass missed it): it is answered
         by that switch, not counted as the new subscription's limit (no flip-flop to a third one).
-        A tab seen working or idle since the switch has run on the new login: its later limits count."""
+        A tab seen working since the switch has run on the new login: its later limits count. An idle
+        screen proves nothing (the live stream sees an agent's screen half painted, before its limit line)."""
         for name in list(self.pre_switch):
             det = dets.get(name)
-            if det is None or det.state in (TabState.WORKING, TabState.IDLE):
+            if det is None or det.state == TabState.WORKING:
                 self.pre_switch.discard(name)
             elif det.state == TabState.RATE_LIMITED and det.kind in (LimitKind.USAGE, LimitKind.CREDITS):
                 self.pre_switch.discard(name)
@@ -1083,6 +1094,7 @@ class BoxWatcher:
             if await self.rt.kube.delete_pod(self.namespace, name, uid):
                 self.post_event("Warning" if decision.reason == C.R_POD_FAILED else "Normal",
                                 "ReplacingPod" if decision.reason == C.R_POD_FAILED else "RecreatingPod", message)
+                self._replacing = (decision.reason, message.removesuffix("; replacing it"))
         elif decision.action == "create":
             from controller.service.boxes import reconcile_box
 
@@ -1090,7 +1102,13 @@ class BoxWatcher:
             for type_, reason, text in outcome.events:
                 self.post_event(type_, reason, text)
             if any(reason == "CreatedPod" for _, reason, _ in outcome.events):
-                message = f"Pod {name} was missing; created a new one"
+                # The pass that deleted an ended pod may be followed at once by this one (the deletion
+                # wakes the box): Ready keeps saying why the pod is being replaced.
+                why = self._replacing
+                message = f"{why[1]}; created a new one" if why else f"Pod {name} was missing; created a new one"
+                if why:
+                    decision = replace(decision, reason=why[0])
+                self._replacing = None
             elif outcome.retry_after:
                 message = outcome.events[-1][2] if outcome.events else message
         gen = meta.get("generation")
@@ -1173,16 +1191,25 @@ class BoxWatcher:
             conds = set_condition(conds, C.COND_RESERVED, False, "BelowReserve", "The subscription's reserve is not reached", now, gen)
         if self.stream is not None:
             if self.stream.connected:
-                conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, "Streaming",
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, C.R_STREAMING,
                                       "The live tmux stream is attached", now, gen)
-            else:
-                why = self.stream.unavailable or "the live tmux stream is down; reconnecting"
-                given_up = self.stream.failures >= self.stream.max_failures
-                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False,
-                                      C.R_STREAM_UNUSABLE if given_up else "Polling", f"Polling the tabs: {why}", now, gen)
-                if given_up and self._stream_warned != self._stream_pod:
+            elif self.stream.failures >= self.stream.max_failures:
+                why = self.stream.unavailable or "the live tmux stream failed again and again"
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_UNUSABLE,
+                                      f"Polling the tabs: {why}", now, gen)
+                if self._stream_warned != self._stream_pod:
                     self._stream_warned = self._stream_pod
                     self.post_event("Warning", C.R_STREAM_UNUSABLE, f"Polling the tabs: {why}")
+            elif self.stream.unavailable:
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_NO_CONTROL_MODE,
+                                      f"Polling the tabs: {self.stream.unavailable}", now, gen)
+            else:
+                conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_RECONNECTING,
+                                      "Polling the tabs: the live tmux stream is down; reconnecting with backoff",
+                                      now, gen)
+        elif not self.rt.settings.tmux_stream:
+            conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_DISABLED,
+                                  "Polling the tabs: settings.tmuxStream is off", now, gen)
         state = ("NeedsAttention" if attention or problem else "Reserved" if self.reserved
                  else "RateLimited" if limited or self.group_exhausted else "Running")
         status = {

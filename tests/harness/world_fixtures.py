@@ -17,8 +17,8 @@ FAST = Settings(
     max_attempts=3, unknown_reset_recheck_s=5.0, send_pause_s=0.15, verify_timeout_s=4.0, restart_timeout_s=15.0,
     usage_interval_s=30.0, usage_max_age_s=2.0, exec_timeout_s=10.0, metrics_port=0, retry_delay_s=2.0,
     usage_near_interval_s=5.0, usage_min_interval_s=1.0,
-    # AGENTBOX_TEST_TMUX_STREAM=1 runs every scenario on the live tmux stream instead of polling
-    tmux_stream=os.environ.get("AGENTBOX_TEST_TMUX_STREAM") == "1",
+    # the live tmux stream is the default; AGENTBOX_TEST_TMUX_STREAM=0 runs every scenario on the polling fallback
+    tmux_stream=os.environ.get("AGENTBOX_TEST_TMUX_STREAM", "1") != "0",
 )
 
 
@@ -26,3 +26,15 @@ FAST = Settings(
 async def world(tmp_path: pathlib.Path) -> AsyncIterator[World]:
     async with World(tmp_path / "world", FAST) as w:
         yield w
+
+
+def watcher_passes(world: World, box: str) -> int:
+    """Passes the tab watcher of `box` has started so far, in either mode (polling or the live stream).
+
+    Each pass starts with one existence check of its box (`GET .../agentboxes/<box>`, the daemon loop's
+    `alive()`); nothing else in the controller GETs a single AgentBox. The emulator journals every
+    request, so this counts passes without relying on exec calls (a pass on the live stream runs none).
+    """
+    suffix = f"/agentboxes/{box}"
+    return sum(1 for e in world.kube.journal
+               if e.method == "GET" and e.path.endswith(suffix) and not e.user_agent.startswith("Python/"))
