@@ -30,8 +30,9 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: An
     for type_, reason, message in outcome.events:
         post(type_, reason, message)
     patch.status.update(outcome.status)
-    await StatusWriter(rt.kube, C.AGENTBOX_PLURAL, body.metadata.namespace, body.metadata.name,
-                       rt.clock).write({}, outcome.conditions)  # Ready only, merged by type
+    writer = StatusWriter(rt.kube, C.AGENTBOX_PLURAL, body.metadata.namespace, body.metadata.name, rt.clock)
+    writer.seen(body)
+    await writer.write({}, outcome.conditions)  # Ready only, merged by type
     rt.wakeup(body.metadata.namespace, body.metadata.name).set()
     if outcome.retry_after:
         raise kopf.TemporaryError(outcome.events[-1][2] if outcome.events else "retrying", delay=outcome.retry_after)

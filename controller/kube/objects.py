@@ -416,22 +416,27 @@ class Kube:
                 raise
 
     async def patch_status_at(self, plural: str, namespace: str, name: str, status: dict[str, Any],
-                              resource_version: str | None) -> bool:
+                              resource_version: str | None) -> dict[str, Any] | bool:
         """Merge-patch the status subresource only while the object is at `resource_version` (optimistic
-        concurrency: the API server answers 409 when another writer came first). Returns False on 409 (read
-        again and retry) and True otherwise (also when the object was deleted meanwhile)."""
+        concurrency: the API server answers 409 when another writer came first).
+
+        Returns:
+            The object as stored after the patch (a dict), False on 409 (read again and retry), True when the
+            object was deleted meanwhile (nothing to record).
+        """
         body: dict[str, Any] = {"status": status}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            await asyncio.to_thread(self.custom.patch_namespaced_custom_object_status,
-                                    C.GROUP, C.VERSION, namespace, plural, name, body)
+            out = await asyncio.to_thread(self.custom.patch_namespaced_custom_object_status,
+                                          C.GROUP, C.VERSION, namespace, plural, name, body)
         except ApiException as exc:
             if exc.status == 409:
                 return False
             if exc.status != 404:  # deleted meanwhile: nothing to record
                 raise
-        return True
+            return True
+        return out if isinstance(out, dict) else True
 
     async def patch_annotations(self, plural: str, namespace: str, name: str, annotations: dict[str, Any]) -> None:
         """Merge-patch metadata.annotations (a None value removes the key)."""

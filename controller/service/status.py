@@ -18,6 +18,10 @@ MAX_CONFLICTS = 5
 class StatusWriter:
     """Writes status fields and merges conditions by type into one object's stored status.
 
+    The stored conditions and resourceVersion are taken from the caller's copy of the object (`seen`) or
+    from the answer to the writer's last patch; the object is read again only after another writer came
+    first (409), so a write costs one request.
+
     Args:
         kube: the Kubernetes client wrapper.
         plural, namespace, name: the object (our group and version).
@@ -27,11 +31,21 @@ class StatusWriter:
     def __init__(self, kube: Kube, plural: str, namespace: str, name: str, clock: Callable[[], Any]) -> None:
         self.kube, self.plural, self.namespace, self.name, self.clock = kube, plural, namespace, name, clock
         self._last: Any = None
+        self._stored: tuple[list[dict[str, Any]], str | None] | None = None  # (conditions, resourceVersion)
         self._lock = asyncio.Lock()  # snapshots reach the API server in the order taken
 
     def forget(self) -> None:
         """The next write goes through even when it equals the last one (another writer changed status)."""
         self._last = None
+
+    def seen(self, obj: Mapping[str, Any]) -> None:
+        """The object as the caller last saw it (e.g. kopf's body): its conditions and resourceVersion are
+        used for the next merge unless the writer's own last patch is newer."""
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if self._stored is not None and self._stored[1] is not None and rv is not None and \
+                _newer(self._stored[1], str(rv)):
+            return
+        self._stored = (list((obj.get("status") or {}).get("conditions") or []), rv)
 
     async def write(self, fields: Mapping[str, Any], conditions: tuple[dict[str, Any], ...] | list[dict[str, Any]] = (),
                     guards: dict[str, frozenset[str]] | None = None) -> bool:
@@ -59,17 +73,34 @@ class StatusWriter:
                 self._last = key
                 return True
             for _ in range(MAX_CONFLICTS):
-                obj = await self.kube.get_custom(self.plural, self.namespace, self.name)
-                if obj is None:
-                    return False
-                stored = list((obj.get("status") or {}).get("conditions") or [])
+                if self._stored is None:
+                    obj = await self.kube.get_custom(self.plural, self.namespace, self.name)
+                    if obj is None:
+                        return False
+                    self._stored = (list((obj.get("status") or {}).get("conditions") or []),
+                                    (obj.get("metadata") or {}).get("resourceVersion"))
+                stored, rv = self._stored
                 merged = merge_conditions(stored, conditions, self.clock(), guards)
                 if merged != stored:
                     patch["conditions"] = merged
                 else:
                     patch.pop("conditions", None)
-                rv = (obj.get("metadata") or {}).get("resourceVersion") if "conditions" in patch else None
-                if await self.kube.patch_status_at(self.plural, self.namespace, self.name, patch, rv):
-                    self._last = key
-                    return True
+                out = await self.kube.patch_status_at(self.plural, self.namespace, self.name, patch,
+                                                      rv if "conditions" in patch else None)
+                if out is False:
+                    self._stored = None  # another writer came first: read what it wrote, merge again
+                    continue
+                if isinstance(out, dict):
+                    self._stored = (list((out.get("status") or {}).get("conditions") or []),
+                                    (out.get("metadata") or {}).get("resourceVersion"))
+                self._last = key
+                return True
             return False
+
+
+def _newer(a: str, b: str) -> bool:
+    """resourceVersion `a` is newer than `b` (compared as integers where both are; opaque otherwise)."""
+    try:
+        return int(a) > int(b)
+    except ValueError:
+        return False

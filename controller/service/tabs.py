@@ -114,6 +114,7 @@ class BoxWatcher:
         except ValidationError:
             return s.scan_interval_s  # the reconcile handler reports the invalid spec
         status = body.get("status") or {}
+        self.writer.seen(body)
         adapter = get_adapter(spec.agent)
         facts = self._facts(spec, adapter)
         if self.memory is None:
