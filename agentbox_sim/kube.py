@@ -859,7 +859,7 @@ class KubeEmulator:
         new["status"] = copy.deepcopy(status)
         return self._update(res, key, new, subresource="status", internal=True)
 
-    def add_listener(self, listener: Callable[[kmock.resource, str, JsonObj], None]) -> None:
+    def add_change_listener(self, listener: Callable[[kmock.resource, str, JsonObj], None]) -> None:
         """Call ``listener(resource, "ADDED"|"MODIFIED"|"DELETED", object)`` synchronously on every stored
         change (the object is the emulator's own copy: do not modify it). Used by the kubelet model."""
         self._listeners.append(listener)
