@@ -357,7 +357,7 @@ class Kubelet:
 
     async def start(self) -> None:
         """Run the stored pods and follow pod and Secret changes."""
-        self.kube.add_listener(self._on_change)
+        self.kube.add_change_listener(self._on_change)
         for pod in self.kube.objects("v1/pods"):
             self._on_change(self.kube.resource("v1/pods"), "ADDED", pod)
 

@@ -270,7 +270,7 @@ async def failover_run(n: int, args: argparse.Namespace, base: pathlib.Path, mod
     async with World(workdir, SETTINGS) as world:
         urls, kubeconfigs = [], []
         for i in range(2):
-            urls.append(await world.kube.add_listener())
+            urls.append(await world.kube.add_port())
             kubeconfigs.append(world.kube.write_kubeconfig(workdir / f"kubeconfig{i}", namespace=world.namespace,
                                                            server=urls[-1]))
         ports = [int(u.rsplit(":", 1)[1]) for u in urls]

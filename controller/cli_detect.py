@@ -135,7 +135,8 @@ def structured_usage(text: str, now: datetime) -> tuple[Usage, str] | None:
     """Machine-readable usage found in pasted output: Claude Code `--output-format stream-json`
     `rate_limit_event` lines (every window they carry; a rejected one makes its window 100 %) or Codex rollout `token_count`
     lines. The last one wins. Returns (usage, source) or None."""
-    from controller.providers.parse import UsageParseError, parse_rate_limit_event_usage, parse_token_count
+    from controller.agents.usage_files import parse_rate_limit_event_usage, parse_token_count
+    from controller.domain.usagejson import UsageParseError
 
     found: tuple[Usage, str] | None = None
     for line in text.splitlines():

@@ -74,7 +74,7 @@ async def start_replicas(world: World, operator_process: Callable[..., Any],
             "--retry-period", str(TIMINGS.retry_period_s))
     replicas = []
     for name in ("replica-a", "replica-b"):
-        url = await world.kube.add_listener()
+        url = await world.kube.add_port()
         kubeconfig = world.kube.write_kubeconfig(tmp_path / f"{name}.kubeconfig", namespace=world.namespace,
                                                  server=url)
         replicas.append(Replica(world, name, url, operator_process(name, *args, kubeconfig=kubeconfig)))
@@ -200,7 +200,7 @@ async def test_sigterm_gives_the_lease_up_and_a_standby_serves_liveness(
     args = ("--leader-elect", LEASE, "--lease-namespace", world.namespace)
     replicas = []
     for name in ports:
-        url = await world.kube.add_listener()
+        url = await world.kube.add_port()
         kubeconfig = world.kube.write_kubeconfig(tmp_path / f"{name}.kubeconfig", namespace=world.namespace,
                                                  server=url)
         proc = operator_process(name, *args, "--liveness", f"http://127.0.0.1:{ports[name]}/healthz",
@@ -303,3 +303,34 @@ async def test_a_paused_leader_exits_as_soon_as_it_runs_again(world: World, oper
     await until(max(resumed, continues(world, "box-a", "t1")[0]) + SETTLE_S)
     sent = continues(world, "box-a", "t1")
     assert len(sent) == 1 and sent[0] >= reset, sent
+
+
+async def test_api_outage_longer_than_the_renew_deadline_hands_over_once_it_ends(
+        world: World, operator_process, tmp_path: pathlib.Path):
+    """The API server unreachable (connections reset) for longer than the lease duration across a reset:
+    the leader exits at its renew deadline (it cannot know whether a standby took over); the standby's
+    failed looks are only failed attempts (it keeps running: no crash loop); once the API is back the
+    standby takes the Lease (after seeing it unchanged for a lease duration) and resumes the tab exactly once."""
+    replicas = await start_replicas(world, operator_process, tmp_path)
+    reset = float(math.ceil(time.time() + 25))
+    await limited_box(world, "box-a", "acct-a", reset, ("t1",))
+    await eventually(lambda: all_limited(world, [("box-a", "t1")]), reset - 5 - time.time(), what="RateLimited")
+    leader, standby = leader_of(replicas, world)
+    await until(reset - 3)
+    world.kube.set_outage(True)
+    out = time.time()
+    await eventually(lambda: leader.proc.poll() is not None, TIMINGS.renew_deadline_s + 3, what="the leader exits")
+    assert leader.proc.returncode == 1
+    await until(out + TIMINGS.lease_duration_s + 2)
+    assert standby.proc.poll() is None, "the standby survives the outage"
+    world.kube.set_outage(False)
+    back = time.time()
+    await eventually(standby.first_box_watch, STATED_BOUND_S, what="the standby's operator running")
+    # It must see the Lease unchanged for a whole lease duration by its own clock (it cannot tell when the
+    # last renewal it had not seen happened): the failover bound, counted from the API's return.
+    assert standby.first_box_watch().at - back <= TIMINGS.failover_bound_s  # type: ignore[union-attr]
+    await eventually(lambda: continues(world, "box-a", "t1"), 40, what="the continue after the outage")
+    await until(continues(world, "box-a", "t1")[0] + SETTLE_S)
+    sent = continues(world, "box-a", "t1")
+    assert len(sent) == 1 and sent[0] >= reset, sent
+    assert standby.acting(until=back) == []

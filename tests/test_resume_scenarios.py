@@ -170,7 +170,7 @@ async def test_failed_native_continue_gets_a_continue_after_the_grace(world: Wor
 
 async def test_half_typed_line_stays_intact(world: World):
     world.start_operator()
-    reset = await claude_world(world, 4.0)
+    await claude_world(world, 4.0)
     await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "RateLimited", 15)
     world.tmux("box-a", "send-keys", "-t", "=agentbox:main", "-l", "fix the parser and")
     await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "NeedsAttention", 20)

@@ -8,7 +8,8 @@ import pytest
 
 from controller.domain.signals import last_lines, merge, redact
 from controller.domain.types import Detection, LimitKind, TabState, Usage, Window
-from controller.providers.parse import UsageParseError, parse_statusline, parse_token_count
+from controller.agents.usage_files import parse_statusline, parse_token_count
+from controller.domain.usagejson import UsageParseError
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 9, 12, 14, 0, tzinfo=timezone.utc)

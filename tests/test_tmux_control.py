@@ -270,3 +270,45 @@ async def test_an_attached_human_is_not_disturbed(aexec: AsyncExec, tmux_sockets
             await client.aclose()
     finally:
         subprocess.run(["tmux", "-S", str(term_sock), "kill-server"], capture_output=True, env=env, timeout=10)
+
+
+class _NotTmux:
+    """A stream whose other end prints something that is not tmux, then ends."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    async def write(self, data: bytes) -> None:
+        pass
+
+    async def read(self) -> tuple[int, bytes] | None:
+        if self.sent:
+            return None
+        self.sent = True
+        return 1, b"this is not tmux\n"
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_stream_given_up_is_tried_again_later(aexec: AsyncExec) -> None:
+    """A box whose stream failed max_failures times is polled (unavailable says why), and tried again
+    retry_unusable_s later: a box whose streams failed because the controller or the API server was
+    overloaded (commands unanswered in time) gets its stream back instead of being polled for good."""
+    bad = {"left": 2}
+
+    async def open_fn(argv: list[str]) -> Any:
+        if bad["left"]:
+            bad["left"] -= 1
+            return _NotTmux()
+        return await aexec.open("default", "box", "box", argv)
+    box = BoxStream(open_fn, _exec_fn(aexec), debounce_s=0.05, backoff_s=(0.05, 0.1), max_failures=2,
+                    retry_unusable_s=0.5)
+    box.start()
+    try:
+        await _until(lambda: asyncio.sleep(0, box.unavailable is not None))
+        assert "failed 2 times" in box.unavailable and not box.connected
+        await _until(lambda: asyncio.sleep(0, box.connected and len(box.screens) == 2), 10)
+        assert box.opened == 3
+    finally:
+        await box.aclose()

@@ -14,12 +14,10 @@ from controller.providers.parse import (
     parse_anthropic_usage,
     parse_codex_429,
     parse_openai_usage,
-    parse_rate_limit_event,
-    parse_rate_limit_event_usage,
-    parse_token_count,
     usage_to_json,
     window_name,
 )
+from controller.agents.usage_files import parse_rate_limit_event, parse_rate_limit_event_usage, parse_token_count
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,7 @@
-"""Parsers of the providers' structured usage data into domain `Usage` / `Window`. Pure, no I/O.
+"""Parsers of the providers' usage API answers into domain `Usage` / `Window`. Pure, no I/O.
+
+The agents' own usage files (stream-json events, statusline input, Codex rollouts) are parsed in
+:mod:`controller.agents.usage_files`; both share :mod:`controller.domain.usagejson`.
 
 Formats mirrored (see tests/fixtures/corpus/usage-payloads.jsonl and field-pitfalls §8):
 
@@ -9,29 +12,38 @@ Formats mirrored (see tests/fixtures/corpus/usage-payloads.jsonl and field-pitfa
 - ChatGPT ``GET /backend-api/wham/usage`` (what Codex CLI 0.169 reads): ``rate_limit.{primary,secondary,
   tertiary}_window`` with ``used_percent`` (0-100), ``limit_window_seconds``, ``reset_at`` (epoch s) or
   ``reset_after_seconds``.
-- Claude Code ``--output-format stream-json`` ``rate_limit_event`` (``rate_limit_info.status``,
-  ``resetsAt`` epoch s, ``rateLimitType``, ``utilization`` as a 0-1 fraction; CLI 2.1.258+ adds
-  ``unifiedWindows: {five_hour: {utilization, resetsAt}, seven_day: {...}}``, several windows in one event).
-- Codex rollout JSONL ``token_count`` events (``rate_limits.{primary,secondary,tertiary}`` with
-  ``used_percent``, ``window_minutes``, ``resets_at`` epoch s or ``resets_in_seconds``).
 - Codex's usage-limit 429: body ``error.{type, resets_at, resets_in_seconds}`` and ``x-codex-*`` headers.
 
-Rules: windows are named by their length (``window_name``), never by their slot; percent is 0-100 and values
-above 100 are kept up to 10000; ``resets_at`` is UTC, tz-aware, truncated to the second, between 2000 and
-2100; a null or missing window is absent from ``Usage.windows`` (never 0 %); unknown keys are ignored; a
-malformed or out-of-range value (NaN, 1e999, a negative percent or length, year 9999) raises
-``UsageParseError`` whose message names the field (values themselves are never echoed) - never another
-exception.
+Rules: :mod:`controller.domain.usagejson` (windows named by length, bounds, ``UsageParseError``).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 
-from controller.domain.types import WINDOW_FIVE_HOUR, WINDOW_MONTHLY, WINDOW_WEEKLY, Usage, Window
+from controller.domain.types import Usage, Window
+from controller.domain.usagejson import (
+    _ANTHROPIC_WINDOWS,
+    _LIMIT_KINDS,
+    _MAX_LENGTH_S,
+    _SLOTS,
+    UsageParseError,
+    window_name,
+    _utc,
+    _after,
+    _obj,
+    _number,
+    _percent,
+    _epoch,
+    _instant,
+    _put,
+    _seconds_of,
+    _require_dict,
+    format_utc,
+    usage_to_json,
+)
 
 __all__ = [
     "UsageParseError",
@@ -39,213 +51,9 @@ __all__ = [
     "parse_anthropic_usage",
     "parse_codex_429",
     "parse_openai_usage",
-    "parse_rate_limit_event",
-    "parse_rate_limit_event_usage",
-    "parse_token_count",
     "usage_to_json",
     "window_name",
 ]
-
-_FIVE_HOUR_S = 5 * 3600
-_WEEK_S = 7 * 86400
-_MONTH_MIN_S = 28 * 86400
-_MONTH_MAX_S = 31 * 86400
-
-# Anthropic usage-endpoint keys that are account-wide windows, mapped to their length in seconds.
-# Per-model keys (seven_day_opus, seven_day_sonnet, seven_day_oauth_apps) and extra_usage are not
-# account-wide windows and are left out (they would collide with "weekly").
-_ANTHROPIC_WINDOWS = {"five_hour": _FIVE_HOUR_S, "seven_day": _WEEK_S}
-
-# rate_limit_event.rateLimitType → window name. Per-model types (seven_day_opus, seven_day_sonnet)
-# keep their own name: a model's window never stands for the account's weekly window.
-_EVENT_WINDOW_TYPES = {
-    "five_hour": WINDOW_FIVE_HOUR,
-    "seven_day": WINDOW_WEEKLY,
-    "seven_day_opus": "weekly_opus",
-    "seven_day_sonnet": "weekly_sonnet",
-}
-
-# Anthropic limits[].kind → window name; weekly_scoped (one model) is not an account window.
-_LIMIT_KINDS = {"session": WINDOW_FIVE_HOUR, "five_hour": WINDOW_FIVE_HOUR, "weekly_all": WINDOW_WEEKLY,
-                "weekly": WINDOW_WEEKLY, "monthly_all": WINDOW_MONTHLY}
-
-_MAX_PERCENT = 10000.0            # values over 100 are kept; beyond this a value is garbage
-_MAX_LENGTH_S = 400 * 86400       # no window is longer
-_MIN_INSTANT = datetime(2000, 1, 1, tzinfo=timezone.utc)
-_MAX_INSTANT = datetime(2100, 1, 1, tzinfo=timezone.utc)
-
-_SLOTS = ("primary", "secondary", "tertiary")
-
-
-class UsageParseError(ValueError):
-    """A usage payload had a malformed value. The message names the field, never its value."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        self.field = field
-        self.problem = problem
-        super().__init__(f"{field}: {problem}")
-
-
-# --------------------------------------------------------------------------------------------- helpers
-
-
-def window_name(seconds: int) -> str:
-    """Name a window by its length in seconds.
-
-    18000 → "five_hour", 604800 → "weekly", 28-31 days (≈2628000) → "monthly", anything else → f"{n}s".
-    """
-    n = int(seconds)
-    if n == _FIVE_HOUR_S:
-        return WINDOW_FIVE_HOUR
-    if n == _WEEK_S:
-        return WINDOW_WEEKLY
-    if _MONTH_MIN_S <= n <= _MONTH_MAX_S:
-        return WINDOW_MONTHLY
-    return f"{n}s"
-
-
-def format_utc(dt: datetime | None) -> str | None:
-    """RFC 3339 UTC with a 'Z' and second precision ("2026-03-10T04:59:59Z"), or None."""
-    if dt is None:
-        return None
-    return _utc(dt).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def usage_to_json(usage: Usage) -> dict[str, Any]:
-    """JSON shape of a Usage: {"windows": {name: {"utilization", "resets_at"}}, "read_at"} (times via format_utc)."""
-    return {
-        "windows": {
-            name: {"utilization": w.utilization, "resets_at": format_utc(w.resets_at)}
-            for name, w in sorted(usage.windows.items())
-        },
-        "read_at": format_utc(usage.read_at),
-    }
-
-
-def _utc(dt: datetime) -> datetime:
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc).replace(microsecond=0)
-
-
-def _bounded_instant(dt: datetime, field: str) -> datetime:
-    try:
-        value = _utc(dt)
-    except (OverflowError, ValueError):
-        raise UsageParseError(field, "instant out of range") from None
-    if not _MIN_INSTANT <= value < _MAX_INSTANT:
-        raise UsageParseError(field, "instant out of range (2000-2100)")
-    return value
-
-
-def _after(base: datetime, seconds: float, field: str) -> datetime:
-    """``base`` + a relative reset (``reset_after_seconds``), bounded to 0-400 days."""
-    if not 0 <= seconds <= _MAX_LENGTH_S:
-        raise UsageParseError(field, "relative reset out of range")
-    return base + timedelta(seconds=int(seconds))
-
-
-def _is_number(v: Any) -> bool:
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:  # a JSON integer of 400 digits is a Python int no float can hold
-        return False
-
-
-def _obj(v: Any, field: str) -> dict[str, Any] | None:
-    """None for null/missing, the dict itself, else UsageParseError."""
-    if v is None:
-        return None
-    if not isinstance(v, dict):
-        raise UsageParseError(field, f"expected an object, got {type(v).__name__}")
-    return v
-
-
-def _number(v: Any, field: str, *, allow_str: bool = False) -> float | None:
-    if v is None:
-        return None
-    if allow_str and isinstance(v, str):
-        try:
-            f = float(v.strip())
-        except ValueError:
-            raise UsageParseError(field, "expected a number") from None
-        if not math.isfinite(f):
-            raise UsageParseError(field, "expected a finite number")
-        return f
-    if not _is_number(v):
-        raise UsageParseError(field, f"expected a number, got {type(v).__name__}")
-    return float(v)
-
-
-def _percent(v: Any, field: str, *, fraction: bool = False, allow_str: bool = False) -> float | None:
-    f = _number(v, field, allow_str=allow_str)
-    if f is None:
-        return None
-    if f < 0:
-        raise UsageParseError(field, "negative utilization")
-    pct = round(f * 100.0, 6) if fraction else f
-    if pct > _MAX_PERCENT:
-        raise UsageParseError(field, "utilization out of range")
-    return pct
-
-
-def _epoch(v: Any, field: str, *, allow_str: bool = False) -> datetime | None:
-    f = _number(v, field, allow_str=allow_str)
-    if f is None:
-        return None
-    # Some sources give milliseconds; seconds stay below 1e11 until the year 5138.
-    if f > 1e11:
-        f = f / 1000.0
-    try:
-        value = datetime.fromtimestamp(int(f), tz=timezone.utc)
-    except (OverflowError, OSError, ValueError):
-        raise UsageParseError(field, "epoch out of range") from None
-    return _bounded_instant(value, field)
-
-
-def _instant(v: Any, field: str) -> datetime | None:
-    """ISO 8601 string or epoch seconds → UTC second precision; None stays None."""
-    if v is None:
-        return None
-    if isinstance(v, str):
-        s = v.strip()
-        if s.endswith(("Z", "z")):
-            s = s[:-1] + "+00:00"
-        try:
-            parsed = datetime.fromisoformat(s)
-        except ValueError:
-            raise UsageParseError(field, "expected an ISO 8601 instant") from None
-        return _bounded_instant(parsed, field)
-    if _is_number(v):
-        return _epoch(v, field)
-    raise UsageParseError(field, f"expected an ISO 8601 instant, got {type(v).__name__}")
-
-
-def _put(windows: dict[str, Window], w: Window) -> None:
-    """Add a window; when two slots carry the same length keep the more used one."""
-    old = windows.get(w.name)
-    if old is None or w.utilization > old.utilization:
-        windows[w.name] = w
-
-
-def _seconds_of(v: Any, field: str) -> int:
-    f = _number(v, field)
-    if f is None:
-        raise UsageParseError(field, "missing (windows are named by their length)")
-    if f <= 0 or f > _MAX_LENGTH_S:
-        raise UsageParseError(field, "expected a positive length of at most 400 days")
-    return int(f)
-
-
-def _require_dict(payload: Any, field: str) -> dict[str, Any]:
-    if not isinstance(payload, dict):
-        raise UsageParseError(field, f"expected an object, got {type(payload).__name__}")
-    return payload
-
-
-# --------------------------------------------------------------------------------------------- parsers
 
 
 def parse_anthropic_usage(payload: dict[str, Any], now: datetime) -> Usage:
@@ -339,145 +147,6 @@ def parse_openai_usage(payload: dict[str, Any], now: datetime) -> Usage:
     return Usage(windows=windows, read_at=now)
 
 
-def parse_rate_limit_event(payload: dict[str, Any]) -> tuple[bool, Window]:
-    """Parse Claude Code's ``rate_limit_event`` (``claude -p --output-format stream-json --verbose``, 2.1.x).
-
-    Args:
-        payload: the whole event ``{"type": "rate_limit_event", "rate_limit_info": {"status": "rejected" |
-            "allowed" | "allowed_warning", "resetsAt": <epoch s>, "rateLimitType": "five_hour" | "seven_day" …,
-            "utilization": <0-1 fraction, optional>}}`` or the ``rate_limit_info`` object itself.
-
-    Returns:
-        ``(limited, window)``: ``limited`` is True only for ``status == "rejected"`` (a warning is not a
-        stop). ``window.name`` from ``rateLimitType`` ("five_hour", "weekly"; unknown types as given);
-        ``window.utilization`` is the fraction scaled to percent (> 100 kept); when the event carries none,
-        100.0 if rejected else 0.0 (the event only says "allowed"). ``window.resets_at`` UTC or None.
-
-    Raises:
-        UsageParseError: missing ``rate_limit_info``/``status``/``rateLimitType`` or malformed values.
-    """
-    payload = _require_dict(payload, "payload")
-    if "rate_limit_info" in payload:
-        info = _obj(payload.get("rate_limit_info"), "rate_limit_info")
-        prefix = "rate_limit_info."
-    else:
-        info, prefix = payload, ""
-    if info is None:
-        raise UsageParseError("rate_limit_info", "missing")
-    status = info.get("status")
-    if not isinstance(status, str) or not status:
-        raise UsageParseError(f"{prefix}status", "missing or not a string")
-    rtype = info.get("rateLimitType")
-    if not isinstance(rtype, str) or not rtype:
-        raise UsageParseError(f"{prefix}rateLimitType", "missing or not a string")
-    limited = status == "rejected"
-    pct = _percent(info.get("utilization"), f"{prefix}utilization", fraction=True)
-    if pct is None:
-        pct = 100.0 if limited else 0.0
-    resets_at = _epoch(info.get("resetsAt"), f"{prefix}resetsAt")
-    return limited, Window(_EVENT_WINDOW_TYPES.get(rtype, rtype), pct, resets_at)
-
-
-def parse_rate_limit_event_usage(payload: dict[str, Any], read_at: datetime | None = None) -> tuple[bool, Usage]:
-    """Every window a ``rate_limit_event`` carries (Claude Code 2.1.x stream-json; 2.1.258+ adds several).
-
-    Args:
-        payload: as for :func:`parse_rate_limit_event`; ``rate_limit_info.unifiedWindows`` may be an object
-            ``{"five_hour": {"utilization": 0.37, "resetsAt": <epoch s>}, "seven_day": {...}}`` or a list of
-            ``{"rateLimitType"|"type": …, "utilization", "resetsAt"}``.
-        read_at: becomes ``Usage.read_at``.
-
-    Returns:
-        ``(limited, usage)``: ``limited`` as in :func:`parse_rate_limit_event`; ``usage.windows`` holds every
-        window of ``unifiedWindows`` (fractions scaled to percent, > 100 kept) and the event's own
-        ``rateLimitType`` window (100 % when rejected) when ``unifiedWindows`` lacks it. Per-model types keep
-        their own names (``weekly_opus``), never ``weekly``.
-
-    Raises:
-        UsageParseError: as :func:`parse_rate_limit_event`, or naming e.g.
-            ``rate_limit_info.unifiedWindows.seven_day.utilization``.
-    """
-    limited, main = parse_rate_limit_event(payload)
-    info = payload.get("rate_limit_info", payload) if isinstance(payload, dict) else {}
-    prefix = "rate_limit_info." if isinstance(payload, dict) and "rate_limit_info" in payload else ""
-    raw = info.get("unifiedWindows") if isinstance(info, dict) else None
-    items: list[tuple[str, Any]] = []
-    if isinstance(raw, dict):
-        items = [(str(k), v) for k, v in list(raw.items())[:16]]
-    elif isinstance(raw, list):
-        for n, v in enumerate(raw[:16]):
-            v = _obj(v, f"{prefix}unifiedWindows[{n}]")
-            if v is not None:
-                items.append((str(v.get("rateLimitType") or v.get("type") or ""), v))
-    elif raw is not None:
-        raise UsageParseError(f"{prefix}unifiedWindows", "expected an object or a list")
-    windows: dict[str, Window] = {}
-    for key, value in items:
-        field = f"{prefix}unifiedWindows.{key}"
-        w = _obj(value, field)
-        if w is None or not key:
-            continue
-        pct = _percent(w.get("utilization"), f"{field}.utilization", fraction=True)
-        if pct is None:
-            continue
-        _put(windows, Window(_EVENT_WINDOW_TYPES.get(key, key), pct, _epoch(w.get("resetsAt"), f"{field}.resetsAt")))
-    if main.name not in windows and (limited or info.get("utilization") is not None):
-        windows[main.name] = main
-    elif limited:
-        old = windows[main.name]
-        windows[main.name] = Window(old.name, max(old.utilization, 100.0), old.resets_at or main.resets_at)
-    return limited, Usage(windows=windows, read_at=_utc(read_at) if read_at is not None else None)
-
-
-def parse_token_count(payload: dict[str, Any]) -> Usage:
-    """Parse a Codex rollout ``token_count`` event (``~/.codex/sessions/**.jsonl``, Codex CLI 0.1xx).
-
-    Args:
-        payload: the rollout line ``{"timestamp": "…Z", "type": "event_msg", "payload": {"type":
-            "token_count", "rate_limits": {"primary": {"used_percent": 7.0, "window_minutes": 300,
-            "resets_at": <epoch s>}, "secondary": {...}, "tertiary": {...}} | null}}``, or its inner
-            ``payload`` object.
-
-    Returns:
-        Usage with windows named by ``window_minutes`` (never by slot), percent 0-100; ``read_at`` is the
-        line's ``timestamp`` (UTC) when present, which is also the base of ``resets_in_seconds``. Null
-        ``rate_limits`` (common, openai/codex#14880) gives a Usage without windows ("no data").
-
-    Raises:
-        UsageParseError: naming e.g. ``payload.rate_limits.primary.window_minutes``.
-    """
-    payload = _require_dict(payload, "payload")
-    read_at = None
-    if "timestamp" in payload:
-        read_at = _instant(payload.get("timestamp"), "timestamp")
-    inner, prefix = payload, ""
-    if "rate_limits" not in payload and isinstance(payload.get("payload"), dict):
-        inner, prefix = payload["payload"], "payload."
-    windows: dict[str, Window] = {}
-    rl = _obj(inner.get("rate_limits"), f"{prefix}rate_limits")
-    if rl is not None:
-        for slot in _SLOTS:
-            field = f"{prefix}rate_limits.{slot}"
-            w = _obj(rl.get(slot), field)
-            if w is None:
-                continue
-            pct = _percent(w.get("used_percent"), f"{field}.used_percent")
-            if pct is None:
-                continue
-            minutes = _number(w.get("window_minutes"), f"{field}.window_minutes")
-            if minutes is None:
-                raise UsageParseError(f"{field}.window_minutes", "missing (windows are named by their length)")
-            if minutes <= 0 or minutes * 60 > _MAX_LENGTH_S:
-                raise UsageParseError(f"{field}.window_minutes", "expected a positive length of at most 400 days")
-            resets_at = _epoch(w.get("resets_at"), f"{field}.resets_at")
-            if resets_at is None and read_at is not None:
-                after = _number(w.get("resets_in_seconds"), f"{field}.resets_in_seconds")
-                if after is not None:
-                    resets_at = _after(read_at, after, f"{field}.resets_in_seconds")
-            _put(windows, Window(window_name(int(minutes * 60)), pct, resets_at))
-    return Usage(windows=windows, read_at=read_at)
-
-
 def parse_codex_429(
     body: dict[str, Any], headers: Mapping[str, str], now: datetime | None = None
 ) -> tuple[bool, datetime | None, Usage]:
@@ -537,33 +206,3 @@ def parse_codex_429(
         if exhausted:
             resets_at = max(exhausted)
     return limited, resets_at, Usage(windows=windows, read_at=now_utc)
-
-
-_STATUSLINE_WINDOWS = {"five_hour": "five_hour", "seven_day": "weekly"}
-
-
-def parse_statusline(payload: dict[str, Any], read_at: datetime | None = None) -> Usage:
-    """Parse the JSON Claude Code pipes to its statusline command (Claude Code 2.1.x, saved by the
-    box's statusline helper): ``{"rate_limits": {"five_hour": {"used_percentage": 42, "resets_at":
-    <epoch s>}, "seven_day": {...}}, ...}``.
-
-    Returns:
-        Usage with `five_hour` / `weekly` windows in percent 0-100 (values above 100 kept) and
-        `read_at` = the given instant (the file's modification time). No `rate_limits` (before the
-        first reply) gives a Usage without windows ("no data", not 0 %).
-
-    Raises:
-        UsageParseError: naming e.g. ``rate_limits.five_hour.used_percentage``.
-    """
-    payload = _require_dict(payload, "statusline")
-    windows: dict[str, Window] = {}
-    rl = _obj(payload.get("rate_limits"), "rate_limits")
-    for key, name in _STATUSLINE_WINDOWS.items():
-        w = _obj((rl or {}).get(key), f"rate_limits.{key}")
-        if w is None:
-            continue
-        pct = _percent(w.get("used_percentage"), f"rate_limits.{key}.used_percentage")
-        if pct is None:
-            continue
-        _put(windows, Window(name, pct, _epoch(w.get("resets_at"), f"rate_limits.{key}.resets_at")))
-    return Usage(windows=windows, read_at=read_at)

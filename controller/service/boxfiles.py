@@ -93,7 +93,8 @@ def transcript_usage(line: str, read_at: datetime) -> Usage | None:
     its window 100 % until `resetsAt`; anything else is no data."""
     from dataclasses import replace
 
-    from controller.providers.parse import UsageParseError, parse_rate_limit_event
+    from controller.agents.usage_files import parse_rate_limit_event
+    from controller.domain.usagejson import UsageParseError
 
     try:
         entry = json.loads(line)
@@ -119,7 +120,8 @@ async def read_structured(exec_fn: ExecFn, agent: str, now: datetime,
     (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, Codex CLI 0.1xx). Unparseable or oversized data
     counts as none; when `problems` is given, a message naming the file is appended for each such file.
     """
-    from controller.providers.parse import UsageParseError, parse_statusline, parse_token_count
+    from controller.agents.usage_files import parse_statusline, parse_token_count
+    from controller.domain.usagejson import UsageParseError
 
     def bad(path: str, why: str) -> None:
         if problems is not None:

@@ -436,7 +436,7 @@ class BoxWatcher:
         if cur is not None and cur.state == "Reserved" and not self.reserved:
             await self._reserve_stop(term, tabs, dets, spec, cur)
         elif cur is not None and cur.state == "Reserved" and self._reserve_pending:
-            await self._reserve_late_starters(term, tabs, dets)
+            await self._reserve_late_starters(term, tabs, dets, spec)
         elif self.reserved and (cur is None or cur.state != "Reserved"):
             await self._reserve_restore(term, tabs, dets, inputs, spec, now)
 
@@ -613,7 +613,8 @@ class BoxWatcher:
         metrics.RESERVE_STOPS.labels(self.namespace, cur.name, "five_hour" if "5-hour" in line else "weekly").inc()
         self.post_event("Warning", "ReserveReached", f"{line} on {cur.name}{until}")
 
-    async def _reserve_late_starters(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection]) -> None:
+    async def _reserve_late_starters(self, term: BoxTerminal, tabs: list[Any], dets: dict[str, Detection],
+                                     spec: AgentBoxSpec) -> None:
         """An agent started in a tab that was at its shell when the reserve stopped the box (the box
         started on a reserved subscription, or a human launched it since) gets the same Esc once and
         is resumed at the lift like the others. Tabs already stopped are never pressed again."""
@@ -623,7 +624,7 @@ class BoxWatcher:
             if dets[tab.name].state not in (TabState.WORKING, TabState.UNKNOWN):
                 continue
             self._reserve_pending.discard(tab.name)
-            await term.press(tab.pane_id, "Escape")
+            await self._press_keys(term, tab.pane_id, get_adapter(spec.agent).stop_keys)
             rec = self.records.get(tab.name) or TabRecord(tab.name)  # type: ignore[union-attr]
             self.records[tab.name] = replace(rec, stopped_by_reserve=True)  # type: ignore[index]
 

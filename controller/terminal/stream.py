@@ -56,13 +56,17 @@ class BoxStream:
         max_failures: consecutive streams the box's side broke (forged or out-of-step blocks, a flood
             over ``max_rate`` bytes in 10 s, commands unanswered, a list of tabs never answered: not tmux)
             after which streaming is given up for this pod and the caller polls.
+        retry_unusable_s: after giving up, seconds (with jitter) until one more stream is tried (the pod
+            is polled meanwhile; a stream that then lives a minute clears ``unavailable``); ``None``: never.
         max_tabs: most panes followed (a longer tab list is cut; the watcher's own list is unaffected).
         min_wake_s: least seconds between two ``on_change`` calls (later changes are gathered into one
             call at the end of that time).
     Attributes:
         unavailable: why control mode cannot be used (``"no tmux"``, ``"tmux 3.1 is older than 3.2"``,
             ``"the tmux control stream failed 5 times in a row (forged or out-of-step replies)"``), else
-            ``None``.  Set once; the caller polls instead.  Never holds text printed by the box.
+            ``None``.  The caller polls instead.  Set once for a missing or old tmux; after giving up on a
+            misbehaving stream, cleared when a retry (``retry_unusable_s`` later) lives a minute.  Never
+            holds text printed by the box.
         failures: consecutive failed streams (reset by a stream that lived over a minute).
         connected: the stream is up now.
         screens: the last captured screen per pane id (fresh while connected).
@@ -73,7 +77,8 @@ class BoxStream:
                  on_change: Callable[[], None] = lambda: None, debounce_s: float = 0.2,
                  backoff_s: tuple[float, float] = (1.0, 60.0), command_timeout_s: float = 10.0,
                  max_output: int = 1024 * 1024, keepalive_s: float = 30.0, max_failures: int = 5,
-                 max_rate: int = 8 * 1024 * 1024, max_tabs: int = 1000, min_wake_s: float = 1.0) -> None:
+                 max_rate: int = 8 * 1024 * 1024, max_tabs: int = 1000, min_wake_s: float = 1.0,
+                 retry_unusable_s: float | None = 600.0) -> None:
         self.open_fn = open_fn
         self.exec_fn = exec_fn
         self.classify = classify
@@ -90,6 +95,8 @@ class BoxStream:
         self._last_wake = float("-inf")
         self._deferred: asyncio.TimerHandle | None = None
         self._tabs_key: tuple[tuple[str, str, str], ...] | None = None
+        self.retry_unusable_s = retry_unusable_s
+        self._gave_up = False
         self.failures = 0
         self.last_failure: str | None = None
         self.unavailable: str | None = None
@@ -183,12 +190,21 @@ class BoxStream:
                     self.last_failure = cause
                 elif time.monotonic() - started > 60:
                     self.failures = 0
+                    if self._gave_up:  # a retry after giving up lived a minute: streaming again
+                        self.unavailable, self._gave_up = None, False
                 if self.failures >= self.max_failures:
                     self.unavailable = (f"the tmux control stream failed {self.failures} times in a row "
                                         f"({_CAUSES[self.last_failure or 'no answer']})")
+                    self._gave_up = True
                     log.warning("tmux stream given up: %s", self.unavailable)
                     self.on_change()
-                    return
+                    if self.retry_unusable_s is None:
+                        return
+                    # Polled meanwhile, then tried again much later: an overloaded controller or API server
+                    # (commands unanswered in time count as failures) must not lose a box's stream for good.
+                    await asyncio.sleep(self.retry_unusable_s * (0.5 + random.random()))
+                    delay = self.backoff_s[0]
+                    continue
                 self._wake()  # down: the watcher polls meanwhile
                 if time.monotonic() - started > 60:
                     delay = self.backoff_s[0]

@@ -75,16 +75,17 @@ def parse_tabs(out: str) -> tuple[list[Tab], dict[str, datetime]]:
 
     Human typing moves only `client_activity` (send-keys does not; real-agents.md, tmux 3.3a),
     so the last input in a tab is the newest activity of the clients showing that window.  Control-mode
-    clients (the controller's own live stream, `controller.terminal.control`) are not humans: their
-    activity moves with every command they send, so they are left out.
+    clients on no terminal (the controller's own live stream, `controller.terminal.control`, runs on exec
+    pipes) are not humans: their activity moves with every command they send, so they are left out.  A
+    control client on a terminal is a person's (iTerm2's `tmux -CC` sends their keys as commands): it counts.
     """
     tabs: list[Tab] = []
     inputs: dict[str, datetime] = {}
     for line in out.splitlines():
         parts = line.split(_FIELD_SEP)
         if parts[0] == "clients" and len(parts) >= 3:
-            if len(parts) >= 5 and parts[4] == "1":
-                continue
+            if len(parts) >= 5 and parts[4] == "1" and not parts[3]:
+                continue  # a control client on no terminal: the controller's stream, not a person
             at = _epoch(parts[1])
             if at and (parts[2] not in inputs or inputs[parts[2]] < at):
                 inputs[parts[2]] = at
