@@ -49,6 +49,7 @@ capture-screens: agents
 lint: venv
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
+	$(VENV)/bin/ruff check --no-cache controller agentbox_sim tests bench
 
 test: venv agents lint
 	mkdir -p tmp

@@ -10,7 +10,7 @@ what kopf 1.45 needs (see ``notes/test-harness.md``):
 * 409 on a stale ``metadata.resourceVersion`` in merge patches and PUTs, 422 on a failed JSON-patch ``test``
   (so of two leader-election candidates replacing the same Lease version, one wins and one gets 409);
 * an API outage (:meth:`KubeEmulator.set_outage`), and per-client network partitions: one listener per
-  client (:meth:`KubeEmulator.add_listener`), cut by :meth:`KubeEmulator.partition` (reset or hang);
+  client (:meth:`KubeEmulator.add_port`), cut by :meth:`KubeEmulator.partition` (reset or hang);
 * PUT; ``/status`` isolation (the main endpoint ignores status, ``/status`` ignores everything else);
 * ``generateName``; ``labelSelector`` (``=``, ``==``, ``!=``, ``in``, ``notin``, ``key``, ``!key``);
   simple ``fieldSelector`` (dotted path ``=``/``!=``);
@@ -328,7 +328,7 @@ class JournalEntry:
     ``query`` (raw query string, "" if none), ``content_type`` ("" if none), ``status`` (HTTP status;
     200 as soon as a watch stream starts; 0 when the connection was cut), ``user_agent``, ``port`` (the
     emulator's listening port the request came in on: which client made it, when each client was given
-    its own listener with :meth:`KubeEmulator.add_listener`; 0 if unknown), ``at`` (epoch seconds when it
+    its own listener with :meth:`KubeEmulator.add_port`; 0 if unknown), ``at`` (epoch seconds when it
     arrived)."""
 
     method: str
@@ -742,7 +742,7 @@ class KubeEmulator:
     def write_kubeconfig(self, path: pathlib.Path, *, namespace: str = "default",
                          server: str | None = None) -> pathlib.Path:
         """Write a kubeconfig (no auth) pointing at ``server`` (default :attr:`url`; e.g. a URL from
-        :meth:`add_listener`); returns ``path``."""
+        :meth:`add_port`); returns ``path``."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -965,7 +965,7 @@ class KubeEmulator:
                 transport.abort()
             self._exec_transports.clear()
 
-    async def add_listener(self) -> str:
+    async def add_port(self) -> str:
         """Serve the same API on one more loopback port and return its URL (``http://127.0.0.1:PORT``).
         Give each client (e.g. each operator replica) its own listener and kubeconfig: the journal then
         tells their requests apart (:attr:`JournalEntry.port`) and :meth:`partition` can cut one of them."""

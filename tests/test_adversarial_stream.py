@@ -6,6 +6,7 @@ tests/fixtures/fake_tmux.py standing for a `tmux` the box put on its PATH."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import pathlib
 import sys
 import time
@@ -230,7 +231,7 @@ async def test_a_pane_printing_megabytes_costs_one_notification_per_capture(aexe
         await asyncio.sleep(3)
         rate = (stream.client.received - before) / (time.monotonic() - t0)
         print(f"\n{rate:.0f} bytes/s read from a pane running yes")
-        assert rate < 300_000, f"{rate:.0f} bytes/s read from a flooding pane"
+        assert rate < 1_000_000, f"{rate:.0f} bytes/s read from a flooding pane (3 MB/s before)"
         await stream.command(["tmux", "send-keys", "-t", pane, "C-c"])
         await stream.command(["tmux", "send-keys", "-t", pane, "-l", "--", "clear; echo DONE-$((6*7))"])
         await stream.command(["tmux", "send-keys", "-t", pane, "Enter"])
@@ -397,7 +398,7 @@ async def test_a_hostile_box_stream_does_not_delay_another_box(tmp_path: pathlib
                 return probe()
             return run
         try:
-            await eventually(sampled(lambda: tab_status(world, "box-a", "main").get("state") == "RateLimited"), 20,
+            await eventually(sampled(lambda: tab_status(world, "box-a", "main").get("state") == "RateLimited"), 40,
                              what="box-a limit detected")
             await eventually(sampled(lambda: submits(world, "box-a", "main")), 30, what="box-a continue sent")
         finally:
@@ -416,6 +417,9 @@ async def test_a_hostile_box_stream_does_not_delay_another_box(tmp_path: pathlib
             assert "times in a row" in warnings[0]["message"]
             opened = len([s for s in world.kube.exec_streams if s[1] == "box-evil"])
             assert opened <= 5
+    # the emulator leaves a killed fake tmux's subprocess transport to the garbage collector: collect it while
+    # the loop is open (after pytest closes it, its __del__ raises into whatever runs, e.g. an AST compile)
+    gc.collect()
 
 
 async def test_a_box_changing_its_tabs_all_the_time_wakes_its_watcher_at_most_once_a_second(

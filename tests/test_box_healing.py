@@ -68,14 +68,18 @@ async def test_a_deleted_pod_is_recreated_and_its_limited_tab_resumed_once(world
         # (on the live stream the dropped stream wakes it again at once, so PodPending may follow within
         # milliseconds: the sampled history is checked, not the live value), and the status is never Ready
         # or Running again until the new pod runs.
-        await eventually(lambda: any(s[1] == C.R_POD_MISSING and s[3] != first for s in seen.states), 10,
-                         what="Ready False, PodMissing")
+        # Under load the 50 ms sampler may miss PodMissing altogether (the next pass writes PodPending):
+        # either says "not Ready" with a pod reason; that the pod was missing is then read from the Event.
+        not_ready = {("False", C.R_POD_MISSING), ("False", C.R_POD_PENDING)}
+        await eventually(lambda: any(s[:2] in not_ready and s[3] != first for s in seen.states), 10,
+                         what="Ready False, PodMissing or PodPending")
         after = seen.states[next(i for i, s in enumerate(seen.states) if s[3] != first):]
         changed = [s for s in after if s[:3] != after[0][:3]] or after
-        assert changed[0][:2] == ("False", C.R_POD_MISSING), seen.states
+        assert changed[0][:2] in not_ready, seen.states
         assert all(s[0] != "True" and s[2] != "Running" for s in changed), \
             f"never Ready nor Running while the pod is gone or new: {seen.states}"
-        assert any("was missing" in m for m in seen.messages), seen.messages
+        created = sum(int(e.get("count") or 1) for e in world.events("box-a") if e["reason"] == "CreatedPod")
+        assert any("was missing" in m for m in seen.messages) or created >= 2, (seen.messages, created)
         # The kubelet starts the new pod; the agent comes back showing its limit line.
         await world.run_pod("box-a", [TabSpec("main", fake_agent_argv("claude-code", reset))])
         await eventually(lambda: condition(world, C.COND_READY).get("status") == "True", 20, what="Ready again")

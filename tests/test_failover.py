@@ -74,7 +74,7 @@ async def start_replicas(world: World, operator_process: Callable[..., Any],
             "--retry-period", str(TIMINGS.retry_period_s))
     replicas = []
     for name in ("replica-a", "replica-b"):
-        url = await world.kube.add_listener()
+        url = await world.kube.add_port()
         kubeconfig = world.kube.write_kubeconfig(tmp_path / f"{name}.kubeconfig", namespace=world.namespace,
                                                  server=url)
         replicas.append(Replica(world, name, url, operator_process(name, *args, kubeconfig=kubeconfig)))
@@ -200,7 +200,7 @@ async def test_sigterm_gives_the_lease_up_and_a_standby_serves_liveness(
     args = ("--leader-elect", LEASE, "--lease-namespace", world.namespace)
     replicas = []
     for name in ports:
-        url = await world.kube.add_listener()
+        url = await world.kube.add_port()
         kubeconfig = world.kube.write_kubeconfig(tmp_path / f"{name}.kubeconfig", namespace=world.namespace,
                                                  server=url)
         proc = operator_process(name, *args, "--liveness", f"http://127.0.0.1:{ports[name]}/healthz",

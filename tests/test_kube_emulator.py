@@ -566,7 +566,7 @@ async def test_two_candidates_cannot_both_take_one_lease(kube: KubeEmulator, k8s
 async def test_a_partition_cuts_one_listener_only(kube: KubeEmulator) -> None:
     """Each client may get its own listener; a partition cuts that one (reset: the connection is dropped;
     hang: no answer while it lasts), the journal tells the listeners apart, the others are served."""
-    other = await kube.add_listener()
+    other = await kube.add_port()
     other_port = int(other.rsplit(":", 1)[1])
     main_port = int(kube.url.rsplit(":", 1)[1])
     async with aiohttp.ClientSession(base_url=kube.url) as main, aiohttp.ClientSession(base_url=other) as side:

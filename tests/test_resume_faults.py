@@ -204,7 +204,9 @@ async def test_a_human_draft_after_a_kill_is_left_intact(world: World, terminal:
 
 async def test_restarted_after_the_deadline_acts_in_its_first_pass(world: World):
     """The controller is down across the reset; the restarted one finds the due deadline in status and
-    sends the continue in its very first pass (no scan interval first)."""
+    sends the continue in its very first pass (no scan interval first). Polling: the passes are counted by
+    their exec calls (the live stream makes none)."""
+    use_mode(world, "poll")
     world.start_operator()
     reset = await claude_box(world, 6.0)
     await eventually(lambda: tab_status(world, "box-a", "main").get("resumeAt"), 20, what="resumeAt in status")

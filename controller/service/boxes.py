@@ -118,7 +118,6 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
         return _fail(body, rt, C.R_POLICY_VIOLATION, boxpolicy.summary(violations), retry=None)
 
     provider = provider_of(spec.agent)
-    uses_limits = spec.when_agent_stops.resume_after_reset or spec.when_agent_stops.rotation.enabled
     login_text: str | None = None
     if provider is None:
         if spec.subscription or spec.when_agent_stops.rotation.enabled:
