@@ -278,6 +278,12 @@ def test_reserve_stops_the_box_once_and_restores_it_at_the_lift():
     assert cond(d, C.COND_RESERVED)["status"] == "True" and d.status.fields["state"] == "Reserved"  # type: ignore[union-attr]
     assert ("Warning", "ReserveReached") in events(d)
 
+    starting = observe(tab(WORKING, "busy"), tab(Detection(TabState.UNKNOWN), "shell"),
+                       subs=(sub("sub-a", "Reserved", 92.0),), reserves={"sub-a": Reserve(10, 0)})
+    unpainted, _ = run(starting, d.memory)  # an agent just started in the shell tab, not painted yet: wait
+    assert not any(isinstance(a, PressKey) for a in unpainted.actions)
+    late, _ = run(replace(starting, tabs=(tab(WORKING, "busy"), tab(WORKING, "shell"))), unpainted.memory)
+    assert [a for a in late.actions if isinstance(a, PressKey)] == [PressKey("shell", "%shell", ("Escape",))]
     again, _ = run(reserved, d.memory)  # the next pass: nothing pressed twice
     assert not any(isinstance(a, (PressKey, RemoveLogin, PrintNotice, PostEvent)) for a in again.actions)
 

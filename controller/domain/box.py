@@ -856,7 +856,9 @@ def _reserve_late_starters(p: _Pass, dets: dict[str, Detection]) -> None:
     for tab in p.obs.tabs or ():
         if tab.name not in p.mem.reserve_pending or tab.at_shell:
             continue
-        if dets[tab.name].state not in (TabState.WORKING, TabState.UNKNOWN):
+        if dets[tab.name].state != TabState.WORKING:
+            # Not painted yet (Unknown right after it left the shell), idle or waiting on a human: a key sent
+            # now would be lost before the agent reads its input; it is stopped once it is seen working.
             continue
         p.mem = replace(p.mem, reserve_pending=p.mem.reserve_pending - {tab.name})
         p.actions.append(PressKey(tab.name, tab.pane, p.obs.box.stop_keys))
