@@ -94,6 +94,11 @@ class World:
     _zombies: list[threading.Thread] = field(default_factory=list)
     kubelet: Any = None
 
+    def __post_init__(self) -> None:
+        # Absolute: pods' processes run with their sandbox as working directory, so a relative path
+        # (e.g. `bench/faults.py --workdir tmp/x`) would point their log and state files elsewhere.
+        self.workdir = pathlib.Path(self.workdir).resolve()
+
     async def start_kubelet(self, images: dict[str, Any], **options: Any) -> Any:
         """Let the kubelet model (agentbox_sim.kubelet) run the pods of images it knows, as a node
         would: volumes, the container's user, restarts, containerStatuses, exec inside the container.
