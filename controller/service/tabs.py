@@ -269,8 +269,11 @@ class BoxWatcher:
         now = self.rt.clock
 
         def classify(pane: str, screen: str) -> Any:
+            # Everything a decision reads from the screen: a cancelled native wait (Esc), a menu opening, a
+            # line typed into the prompt change the plan without changing the state or the limit.
             det = self._detect(agent, screen, now(), tz, patterns)
-            return det.state, det.kind, limit_key(det) if det.state == TabState.RATE_LIMITED else None
+            return (det.state, det.kind, limit_key(det) if det.state == TabState.RATE_LIMITED else None,
+                    det.auto_continue, det.limit_menu, det.menu_choice, bool(det.prompt_text))
 
         self._classify = classify
         uid = (pod.get("metadata") or {}).get("uid")
