@@ -21,6 +21,7 @@ import pytest_asyncio
 from controller.kube.aexec import AsyncExec
 from controller.kube.exec import ExecResult
 from agentbox_sim.kube import KubeEmulator, LocalExec, TmuxSockets
+from agentbox_sim.world import eventually
 from controller.terminal import control, tmux
 from controller.terminal.control import ControlClient, ControlError
 from controller.terminal.stream import BoxStream
@@ -93,16 +94,8 @@ def _stream(aexec: AsyncExec, pod: str, **kw: Any) -> BoxStream:
 
 
 async def _until(probe: Any, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
+    """The harness's `eventually`, polling every 50 ms, 10 s unless told."""
+    await eventually(probe, timeout, every=0.05, what=what)
 
 
 class ScriptedStream:
