@@ -655,6 +655,7 @@ def _decide(p: _Pass) -> BoxStatus | None:
     p.tabs_decided = True
     _structured(p)
     obs = p.obs  # the tabs with the structured usage merged into their detections
+    assert obs.tabs is not None
 
     annotations = _annotations(p)
     dets = {t.name: t.detection for t in obs.tabs}
