@@ -123,7 +123,7 @@ class Executor:
             await self._press(action.pane, action.keys)
         elif isinstance(action, PrintNotice):
             try:
-                await boxfiles.print_notice(self.term.exec_fn, action.pane, action.text)
+                await boxfiles.print_notice(self.term.exec_fn, self.adapter, action.pane, action.text)
             except boxfiles.BoxFileError:
                 pass
         elif isinstance(action, RemoveLogin):
