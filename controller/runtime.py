@@ -8,6 +8,7 @@ from typing import Any
 
 from controller.events import EventFn, ObjectRef, Recorder
 from controller.kube.objects import Kube
+from controller.service.subviews import SubscriptionViews
 from controller.settings import Clock, Settings, utcnow
 
 
@@ -27,6 +28,8 @@ class Runtime:
         events: the one Event poster (deduplicated; also the webhook and the metric). The default
             only counts (no API writes); the operator's startup gives it the Kubernetes client.
         wakeups: per box (namespace, name) an Event that wakes its tab watcher early.
+        sub_views: rotation's views of each namespace's Subscriptions, converted once per object version
+            (`controller.service.subviews.SubscriptionViews`).
     """
 
     settings: Settings
@@ -38,6 +41,7 @@ class Runtime:
     clock: Clock = utcnow
     events: Recorder = field(default=None)  # type: ignore[assignment]
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
 
     def __post_init__(self) -> None:
         if self.events is None:

@@ -175,6 +175,7 @@ class BoxWatcher:
         dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
         dets, file_problems = await self._structured(term, spec, dets, now, screens)
         subs = await self.rt.kube.list_custom_shared(C.SUBSCRIPTION_PLURAL, self.namespace)
+        candidates, reserves = self.rt.sub_views.of(self.namespace, subs)  # converted once per object version
         problems = dict(obs.input_problems)
         if file_problems is not None:
             problems["files"] = (C.R_INVALID_BOX_FILE, tuple(file_problems))
@@ -182,8 +183,7 @@ class BoxWatcher:
             obs, tabs=tuple(TabView(t.name, t.id, t.pane_id, t.at_shell, screens.get(t.id, ""), dets[t.name],
                                     inputs.get(t.id)) for t in tabs),
             annotations=dict(meta.get("annotations") or {}), input_problems=problems,
-            subscriptions=tuple(candidate_from(o) for o in subs),
-            reserves={o["metadata"]["name"]: reserve_from(o) for o in subs},
+            subscriptions=candidates, reserves=reserves,
             pending_switch=self._pending_switch,
         )
 
