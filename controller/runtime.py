@@ -8,6 +8,7 @@ from typing import Any
 
 from controller.events import EventFn, ObjectRef, Recorder
 from controller.kube.objects import Kube
+from controller.service.loginload import SharedLogins
 from controller.service.subviews import SubscriptionViews
 from controller.settings import Clock, Settings, utcnow
 
@@ -30,6 +31,8 @@ class Runtime:
         wakeups: per box (namespace, name) an Event that wakes its tab watcher early.
         sub_views: rotation's views of each namespace's Subscriptions, converted once per object version
             (`controller.service.subviews.SubscriptionViews`).
+        logins: a Subscription's login loaded once for the boxes that ask at the same instant
+            (`controller.service.loginload.SharedLogins`; nothing kept after).
     """
 
     settings: Settings
@@ -42,6 +45,7 @@ class Runtime:
     events: Recorder = field(default=None)  # type: ignore[assignment]
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
+    logins: SharedLogins = field(default_factory=SharedLogins)
 
     def __post_init__(self) -> None:
         if self.events is None:
