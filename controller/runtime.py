@@ -9,6 +9,7 @@ from typing import Any
 from controller.events import EventFn, ObjectRef, Recorder
 from controller.kube.objects import Kube
 from controller.service.loginload import SharedLogins
+from controller.service.podcache import WatchedPods
 from controller.service.subviews import SubscriptionViews
 from controller.settings import Clock, Settings, utcnow
 
@@ -33,6 +34,7 @@ class Runtime:
             (`controller.service.subviews.SubscriptionViews`).
         logins: a Subscription's login loaded once for the boxes that ask at the same instant
             (`controller.service.loginload.SharedLogins`; nothing kept after).
+        pods: the box pods as the pod watch delivered them (`controller.service.podcache.WatchedPods`).
     """
 
     settings: Settings
@@ -46,6 +48,7 @@ class Runtime:
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
     logins: SharedLogins = field(default_factory=SharedLogins)
+    pods: WatchedPods = field(default_factory=WatchedPods)
 
     def __post_init__(self) -> None:
         if self.events is None:

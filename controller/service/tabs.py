@@ -128,7 +128,7 @@ class BoxWatcher:
         )
 
         # ---- observe: the pod (and decide on it: heal, Ready, or read the tabs)
-        pod = await self.rt.kube.get_pod(self.namespace, pod_name(self.name))
+        pod = await self._read_pod()
         if pod is not None and not owned_by(pod, self._uid):
             # A pod under the box's name that the box does not control: never exec into it.
             await self._run(replace(obs, pod_owned=False, not_owned=str(NotOwned("Pod", pod_name(self.name), self.name))))
@@ -234,6 +234,18 @@ class BoxWatcher:
         await self.writer.write(status.fields, status.conditions, _GUARDS if status.guard_ready else None)
 
     # ------------------------------------------------------------------ observing helpers
+    async def _read_pod(self) -> dict[str, Any] | None:
+        """The box pod: the pod watch's latest body while the live stream is attached to that very pod (its
+        exec proves the pod exists: a pod deleted or replaced ends it; the watch brings the pod's changes),
+        else a GET (no stream, the stream down, the watch has not delivered that pod). The caller checks
+        ownership on either the same way."""
+        name = pod_name(self.name)
+        if self.stream is not None and self.stream.connected and self._stream_pod:
+            pod = self.rt.pods.get(self.namespace, name, self._stream_pod)
+            if pod is not None:
+                return pod  # type: ignore[return-value]
+        return await self.rt.kube.get_pod(self.namespace, name)
+
     @staticmethod
     def _facts(spec: AgentBoxSpec, adapter: Any) -> BoxFacts:
         """The spec and the agent adapter's facts the decision needs (`adapter`: `AgentAdapter`)."""
