@@ -1035,7 +1035,7 @@ class KubeEmulator:
                 logger.info("client went away during %s %s", raw.method, raw.path)
                 if entry.status is None:
                     entry.status = 0
-                raise  # aiohttp ends the connection ("premature client disconnection")
+                return aiohttp.web.Response(status=503)  # never delivered: aiohttp drops the connection
             logger.exception("emulator failure on %s %s", raw.method, raw.path)
             self.server_errors.append(exc)
             response = ApiError(500, "InternalError", f"emulator failure: {exc!r}").response()
