@@ -86,6 +86,7 @@ R_UPSTREAM_UNAVAILABLE = "UpstreamUnavailable"
 R_UNAUTHORIZED = "Unauthorized"
 R_STREAM_UNUSABLE = "StreamUnusable"  # TerminalStream False: the box's tmux stream broke the protocol or its bounds again and again; polling
 R_BOX_OUTPUT_TOO_LARGE = "BoxOutputTooLarge"  # NeedsAttention True: a capture printed more than exec_max_output_bytes
+R_TMUX_MISSING = "TmuxMissing"            # NeedsAttention True: the tabs could not be read: no tmux session `agentbox`
 R_INVALID_PATTERN = "InvalidPattern"        # InputIgnored True: a spec.detection.patterns[] regex does not compile
 R_INVALID_ANNOTATION = "InvalidAnnotation"  # InputIgnored True: agentbox.dev/resume-at is not an instant within 31 days
 R_INVALID_BOX_FILE = "InvalidBoxFile"       # InputIgnored True: a usage file in the box is oversized or unreadable

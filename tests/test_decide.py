@@ -16,7 +16,8 @@ import pytest
 from controller import constants as C
 from controller.conditions import merge_conditions, set_condition
 from controller.domain.box import (
-    BLOCKING, BoxDecision, BoxFacts, ClearAnnotation, Done, InstallLogin, Memory, Observation, Performed, PostEvent,
+    BLOCKING, CAPTURE_NO_SESSION, CAPTURE_TOO_LARGE, CAPTURE_TRANSPORT, BoxDecision, CaptureFailure, StreamView,
+    ReadStructured, StructuredRead, box_facts, BoxFacts, ClearAnnotation, Done, InstallLogin, Memory, Observation, Performed, PostEvent,
     PressKey, PrintNotice, ReadUsage, RemoveLogin, Reserve, RunJournal, SendContinue, SwitchSubscription, TabView,
     UsageRead, decide, memory_from_status, record_to_status,
 )
@@ -75,6 +76,8 @@ def ok(action: Any) -> Any:
     """Every blocking action succeeds: usage under 100 %, logins install, keys move the screen."""
     if isinstance(action, ReadUsage):
         return UsageRead(usage(20.0), NOW)
+    if isinstance(action, ReadStructured):
+        return StructuredRead(None)
     if isinstance(action, (InstallLogin, SwitchSubscription)):
         return Done(True)
     if isinstance(action, SendContinue):
@@ -113,10 +116,8 @@ def cond(d: BoxDecision, type_: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- resume
 def test_due_tab_is_resumed_after_a_usage_read_with_its_journal_written_ahead():
     obs, mem = observe(tab(limited())), Memory(records={"main": due()})
-    first = decide(obs, mem, NOW)
-    assert not first.complete and isinstance(first.actions[-1], ReadUsage)  # the read the resume needs
-
     d, steps = run(obs, mem)
+    assert any(not s.complete and isinstance(s.actions[-1], ReadUsage) for s in steps)  # the read the resume needs
     send = next(a for a in d.actions if isinstance(a, SendContinue))
     assert send.tabs == (("main", "%main"),) and send.text == "continue"
     # The snapshot written before the keys holds the journal at its first step.
@@ -187,7 +188,8 @@ def test_limit_menu_is_answered_with_its_stop_and_wait_number_journaled():
     d, steps = run(observe(tab(det)), Memory())
     answer = next(a for a in d.actions if isinstance(a, RunJournal))
     assert answer.why == "menu" and answer.journal.action == JournalAction.ANSWER_MENU and answer.journal.text == "1"
-    assert steps[0].status.fields["tabs"][0]["journal"]["action"] == "AnswerMenu"  # type: ignore[union-attr]
+    ahead = next(s for s in steps if not s.complete and isinstance(s.actions[-1], RunJournal))
+    assert ahead.status.fields["tabs"][0]["journal"]["action"] == "AnswerMenu"  # type: ignore[union-attr]
     assert ("Normal", "AnsweredLimitMenu") in events(d)
     assert d.tab_records["main"].journal is None and d.wake_at == (NOW + timedelta(seconds=1),)
     still_open, _ = run(observe(tab(det)), d.memory, now=NOW + timedelta(seconds=2))
@@ -335,9 +337,10 @@ def test_conditions_of_a_quiet_box_and_the_ready_the_reconcile_owns():
 
 
 def test_tmux_missing_and_squatter_pod():
-    d, _ = run(replace(observe(), tabs=None, capture_problem=("TmuxMissing", "no session")), Memory())
+    d, _ = run(replace(observe(), tabs=None, capture_failure=CaptureFailure(CAPTURE_NO_SESSION)), Memory())
     assert cond(d, C.COND_READY)["reason"] == C.R_SESSION_MISSING
     assert cond(d, C.COND_NEEDS_ATTENTION)["reason"] == "TmuxMissing"
+    assert cond(d, C.COND_NEEDS_ATTENTION)["message"] == "tmux session 'agentbox' not found in the box container"
     squat = replace(observe(), pod_owned=False, not_owned="Pod 'box' exists but is not owned")
     s1, _ = run(squat, Memory())
     assert events(s1) == [("Warning", "PodNotOwned")] and s1.status.fields == {"state": "Error"}  # type: ignore[union-attr]
@@ -391,7 +394,7 @@ def test_missing_pod_is_created_and_ready_says_why():
     d, _ = run(obs, Memory(), lambda a: PodCreated((("Normal", "CreatedPod", "Created Pod box"),), True)
                if isinstance(a, CreatePod) else ok(a))
     assert CreatePod("box") in d.actions and ("Normal", "CreatedPod") in events(d)
-    assert d.retry_in == 1.0 and d.status.fields == {"state": "Pending", "pod": "box"}  # type: ignore[union-attr]
+    assert d.period_s == 1.0 and d.next_pass_in(NOW) == 1.0 and d.status.fields == {"state": "Pending", "pod": "box"}  # type: ignore[union-attr]
     assert cond(d, C.COND_READY)["reason"] == "PodMissing" and "created a new one" in cond(d, C.COND_READY)["message"]
 
 
@@ -404,6 +407,162 @@ def test_failed_pod_is_replaced_and_out_of_date_pod_is_announced_once():
 
     old = replace(observe(), tabs=None, pod_facts=PodFacts("box", pod_obj(template="h0"), "u1", "h1", "OnDelete"))
     first, _ = run(old, Memory())
-    assert events(first) == [("Normal", C.R_TEMPLATE_CHANGED)] and first.observe_tabs and first.retry_in is None
+    assert events(first) == [("Normal", C.R_TEMPLATE_CHANGED)] and first.observe_tabs and first.period_s == 5.0
     full, _ = run(replace(old, tabs=(tab(IDLE),)), first.memory)
     assert events(full) == [] and cond(full, C.COND_POD_OUT_OF_DATE)["status"] == "True"
+
+
+# ---------------------------------------------------------------------------------------------- when to look again
+LIVE = StreamView(connected=True, pod="u1")
+DOWN = StreamView(connected=False, pod="u1")
+
+
+@pytest.mark.parametrize("stream,out_of_date,deadline_s,expected", [
+    (None, False, None, 5.0),     # polling: the scan interval
+    (DOWN, False, None, 5.0),     # the stream is down: polling again
+    (LIVE, False, None, 300.0),   # a live stream wakes the watcher on a change: the long rescan
+    (LIVE, True, None, 5.0),      # a pod update waits for idle tabs: judged at least every scan
+    (LIVE, False, 42.0, 42.0),    # a tab's deadline comes first
+    (None, False, 2.0, 2.0),
+])
+def test_the_decision_says_when_to_look_again(stream: StreamView | None, out_of_date: bool,
+                                              deadline_s: float | None, expected: float):
+    mem = Memory(out_of_date="the pod predates spec.template" if out_of_date else None)
+    obs = observe(tab(IDLE), stream=stream, scan_interval_s=5.0, stream_rescan_s=300.0)
+    if deadline_s is not None:  # a working tab: its stall instant is a deadline
+        obs = replace(obs, tabs=(tab(WORKING),), stall_s=deadline_s)
+    d, _ = run(obs, mem)
+    assert d.next_pass_in(NOW) == pytest.approx(expected)
+
+
+def test_a_pod_being_healed_is_looked_at_again_within_a_second_and_the_tabs_pass_not_before_decided():
+    from controller.domain.box import CreatePod, PodCreated, PodFacts
+
+    obs = replace(observe(), tabs=None, pod=None, pod_facts=PodFacts("box", None, desired_hash="h1"),
+                  stream=LIVE, stream_rescan_s=300.0)
+    d, _ = run(obs, Memory(), lambda a: PodCreated((), True) if isinstance(a, CreatePod) else ok(a))
+    assert d.next_pass_in(NOW) == 1.0
+    # A pass that stopped before the tabs (they are read next) says the scan interval, not the stream's.
+    first = decide(replace(observe(), tabs=None, stream=LIVE, stream_rescan_s=300.0), Memory(), NOW)
+    assert first.observe_tabs and first.period_s == 5.0
+
+
+# ---------------------------------------------------------------------------------------------- capture failures
+def test_output_too_large_is_worded_with_the_limit_and_warned_once():
+    obs = replace(observe(), tabs=None, capture_failure=CaptureFailure(CAPTURE_TOO_LARGE, 4096))
+    d, _ = run(obs, Memory())
+    need = cond(d, C.COND_NEEDS_ATTENTION)
+    assert need["reason"] == C.R_BOX_OUTPUT_TOO_LARGE and "more than 4096 bytes" in need["message"]
+    assert cond(d, C.COND_READY)["status"] == "True"  # the session exists: only its output is too large
+    assert events(d) == [("Warning", C.R_BOX_OUTPUT_TOO_LARGE)]
+    assert events(run(obs, d.memory)[0]) == []  # once per episode
+
+
+def test_a_failed_exec_decides_nothing_and_looks_again_at_the_next_scan():
+    obs = replace(observe(), tabs=None, capture_failure=CaptureFailure(CAPTURE_TRANSPORT), stream=LIVE,
+                  input_problems={"patterns": (C.R_INVALID_PATTERN, ("bad pattern",))})
+    d, _ = run(obs, Memory())
+    assert d.status is None and d.actions == () and d.next_pass_in(NOW) == 5.0
+
+
+# ---------------------------------------------------------------------------------------------- facts
+class _Adapter:
+    def __init__(self, provider: str | None, restart_argv: tuple[str, ...] | None = None) -> None:
+        self.provider, self.restart_argv = provider, restart_argv
+        self.continue_text, self.exit_before_login_switch, self.stop_keys = "go on", True, ("Escape", "Escape")
+
+
+@pytest.mark.parametrize("provider,subscription,watched", [
+    ("anthropic", "sub-a", True), ("anthropic", None, False), (None, "sub-a", False), (None, None, False)])
+def test_tabs_are_watched_only_for_a_provider_agent_on_a_subscription(provider: str | None,
+                                                                       subscription: str | None, watched: bool):
+    facts = box_facts("claude-code", subscription, _Adapter(provider), rotation=True, rotation_selected=["x"])
+    assert facts.watched is watched and facts.provider == (provider or "")
+    assert facts.rotation and facts.rotation_selected == ("x",) and facts.stop_keys == ("Escape", "Escape")
+    assert facts.continue_text == "go on" and facts.stop_to_switch and not facts.restarts
+    assert box_facts("codex", "s", _Adapter("openai", ("codex", "resume"))).restarts
+
+
+def test_time_zone_precedence_spec_then_container_tz_then_utc():
+    from controller.domain.podstate import box_time_zone
+
+    pod = {"spec": {"containers": [{"name": "side", "env": [{"name": "TZ", "value": "Asia/Tokyo"}]},
+                                   {"name": "box", "env": [{"name": "TZ", "value": "Europe/Paris"}]}]}}
+    assert box_time_zone("America/New_York", pod, "box") == "America/New_York"
+    assert box_time_zone(None, pod, "box") == "Europe/Paris"
+    assert box_time_zone(None, pod, "other") == "UTC"
+    assert box_time_zone(None, {"spec": {"containers": "junk"}}, "box") == "UTC"  # untrusted shape
+    assert box_time_zone(None, None, None) == "UTC"
+
+
+def test_user_patterns_that_do_not_compile_are_named_and_the_others_kept():
+    from controller.domain.detection import compile_user_patterns
+
+    good, problems = compile_user_patterns([("limit until (?P<when>.+)", "usage"), ("(a+)+", "usage"),
+                                            ("x", "nonsense"), ("(a+)+", "usage")])
+    assert len(good) == 1
+    assert problems == tuple(sorted(problems)) and len(problems) == 3
+    assert problems[0].startswith("spec.detection.patterns[1].regex: nested quantifier")
+    assert all(p.endswith(" (the pattern is ignored)") for p in problems)
+    assert any(p.startswith("spec.detection.patterns[2].regex: unknown kind") for p in problems)
+
+
+# ---------------------------------------------------------------------------------------------- structured usage
+def structured(answer: StructuredRead) -> Responder:
+    return lambda a: answer if isinstance(a, ReadStructured) else ok(a)
+
+
+def reads(steps: list[BoxDecision]) -> int:
+    return sum(1 for a in steps[-1].actions if isinstance(a, ReadStructured))
+
+
+FULL = StructuredRead(usage(100.0, NOW + timedelta(hours=2)), "statusline")
+
+
+def test_structured_usage_is_read_only_when_a_tab_stopped_and_merged_into_its_detection():
+    busy, steps = run(observe(tab(WORKING)), Memory(), structured(FULL))
+    assert reads(steps) == 0 and busy.tab_records["main"].phase != Phase.RATE_LIMITED
+    d, steps = run(observe(tab(IDLE)), Memory(), structured(FULL))
+    assert ReadStructured("claude-code", NOW) in d.actions
+    rec = d.tab_records["main"]  # an idle screen on an account at 100 %: limited until the exact reset
+    assert rec.phase == Phase.RATE_LIMITED and rec.resets_at == NOW + timedelta(hours=2)
+    assert rec.detected_by == "structured:statusline"
+    # An account under 100 % changes nothing.
+    calm, _ = run(observe(tab(IDLE)), Memory(), structured(StructuredRead(usage(50.0), "statusline")))
+    assert calm.tab_records["main"].phase == Phase.IDLE
+
+
+@pytest.mark.parametrize("stream,age_s,state_changed,read_again", [
+    (LIVE, 10.0, False, False),    # live, same tabs, young: the last read is reused
+    (LIVE, 300.0, False, True),    # live, as old as stream_rescan_s: read again
+    (LIVE, 10.0, True, True),      # live, a tab's state changed (a turn ended): read again
+    (None, 10.0, False, True),     # polling: every pass reads
+    (DOWN, 10.0, False, True),     # stream down: polling
+])
+def test_structured_read_is_reused_on_the_live_stream_while_the_tabs_are_unchanged(
+        stream: StreamView | None, age_s: float, state_changed: bool, read_again: bool):
+    first, _ = run(observe(tab(IDLE), stream=stream), Memory(), structured(FULL), now=NOW - timedelta(seconds=age_s))
+    assert first.memory.structured is not None
+    later = tab(limited(None) if state_changed else IDLE)
+    mem = Memory(structured=first.memory.structured)  # only the last read, no tab records
+    d, steps = run(observe(later, stream=stream, stream_rescan_s=300.0), mem,
+                   structured(StructuredRead(None, "statusline")))
+    assert reads(steps) == (1 if read_again else 0)
+    # Reused: the last read merges again (the idle tab is limited); read again: the new (empty) read counts.
+    merged = d.tab_records["main"].detected_by == "structured:statusline"
+    assert merged is (not read_again)
+
+
+def test_a_failed_structured_read_merges_nothing_and_keeps_the_files_problems():
+    bad = StructuredRead(None, "", ("~/.claude/statusline.json: larger than 65536 bytes; ignored",))
+    first, _ = run(observe(tab(IDLE)), Memory(), structured(bad))
+    assert cond(first, C.COND_INPUT_IGNORED)["reason"] == C.R_INVALID_BOX_FILE
+    assert ("Warning", C.R_INVALID_BOX_FILE) in events(first)
+    again, _ = run(observe(tab(IDLE)), first.memory, structured(bad))
+    assert ("Warning", C.R_INVALID_BOX_FILE) not in events(again)  # one Warning per problem
+    failed, _ = run(observe(tab(IDLE)), first.memory, structured(StructuredRead(None, failed=True)))
+    assert cond(failed, C.COND_INPUT_IGNORED)["status"] == "True"  # not checked: the last problems stand
+    assert failed.memory.structured == first.memory.structured  # a failed read is not remembered
+    fixed, _ = run(observe(tab(IDLE), conditions=first.status.conditions), first.memory,  # type: ignore[union-attr]
+                   structured(StructuredRead(None)))
+    assert cond(fixed, C.COND_INPUT_IGNORED)["status"] == "False"

@@ -514,7 +514,8 @@ def test_registry_and_action_data():
         "anthropic", ".claude/.credentials.json", "credentials.json")
     assert (codex_a.provider, codex_a.login_file, codex_a.secret_key) == ("openai", ".codex/auth.json", "auth.json")
     assert codex_a.exit_before_login_switch and not claude_a.exit_before_login_switch
-    assert claude_a.structured_sources == ("statusline", "transcript") and codex_a.structured_sources == ("rollout",)
+    assert [s.name for s in claude_a.structured_sources] == ["statusline", "transcript"]
+    assert [s.name for s in codex_a.structured_sources] == ["rollout"]
     assert resume_actions("codex") == ("continue", ["codex", "resume", "--last"])
     assert resume_actions("claude-code") == ("continue", None)
     for profile in (claude_a.profile, codex_a.profile):  # patterns are data: compiled regexes

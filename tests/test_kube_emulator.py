@@ -531,12 +531,15 @@ async def test_exec_output_is_bounded_while_it_arrives(kube: KubeEmulator, box: 
 
 
 async def test_the_api_server_sees_one_event_whose_count_is_patched(kube, k8s_client):
-    """The Recorder against the emulated API server through the real client: one Event object per
-    (object, type, reason, message); repeats patch its count; a restarted recorder counts on."""
+    """The Recorder against the emulated API server through the controller's REST transport (configured
+    from the official client's Configuration): one Event object per (object, type, reason, message);
+    repeats patch its count; a restarted recorder counts on."""
     from controller.events import ObjectRef, Recorder
     from controller.kube.objects import Kube
+    from controller.kube.rest import Rest
 
-    store = Kube(k8s_client)
+    rest = Rest(k8s_client.configuration)
+    store = Kube(rest)
     ref = ObjectRef("agentbox.dev/v1alpha1", "AgentBox", "default", "box-a", "uid-9")
     rec = Recorder(store, None, refresh_s=0.05)
     for _ in range(5):
@@ -552,6 +555,7 @@ async def test_the_api_server_sees_one_event_whose_count_is_patched(kube, k8s_cl
     again = Recorder(store, None)
     again.post(ref, "Warning", "Stalled", "Tab main: no progress")
     await again.aclose()
+    await rest.aclose()
     (event,) = stored()
     assert event["count"] == 6 and event["involvedObject"]["uid"] == "uid-9"
     assert {e.method for e in kube.journal if "/events" in e.path} <= {"POST", "GET", "PATCH"}

@@ -82,7 +82,7 @@ def test_redaction_of_token_like_text():
 def test_claude_transcript_usage_limit_entry_of_the_real_cli():
     """Claude Code 2.1.328 records the usage-limit 429 in its transcript with the rate_limit_info of
     stream-json's rate_limit_event (captured from the real CLI against the provider emulator)."""
-    from controller.service.boxfiles import transcript_usage
+    from controller.agents.usage_files import transcript_usage
 
     path = Path(__file__).parent / "fixtures" / "real-transcripts" / "claude-2.1.328-usage-limit.jsonl"
     line = path.read_text().splitlines()[0]

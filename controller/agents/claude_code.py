@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from controller.agents.adapter import AgentAdapter
+from controller.agents.adapter import STRUCTURED_MAX, AgentAdapter, StructuredSource, head_cut
+from controller.agents.usage_files import statusline_output_usage, transcript_output_usage
 from controller.domain.profile import (
     ADVERB,
     FAMILY_HINT,
@@ -193,6 +194,37 @@ PROFILE = Profile(
 )
 
 
+STATUSLINE_PATH = ".agentbox/statusline.json"
+"""Where the box image's statusline helper saves Claude Code's statusline stdin (relative to $HOME)."""
+
+# The statusline file's modification time (epoch s), then the file cut one byte past the bound.
+_STATUSLINE = f'f="$HOME/$1"; [ -f "$f" ] || exit 3; stat -c %Y "$f" && {head_cut(STRUCTURED_MAX)} "$f"'
+# The newest transcript's last API-error entry, from its last 4 MiB and 400 lines (a usage-limit 429 is
+# recorded with `apiErrorParams.rate_limit_info`, the shape of stream-json's rate_limit_event; 2.1.328).
+_TRANSCRIPT = ('f=$(ls -t "$HOME"/.claude/projects/*/*.jsonl 2>/dev/null | head -n 1); '
+               '[ -n "$f" ] || exit 3; tail -c 4194304 "$f" | tail -n 400 | grep -F \'"isApiErrorMessage":true\' '
+               f'| tail -n 1 | {head_cut(STRUCTURED_MAX)}')
+
+STATUSLINE = StructuredSource(
+    name="statusline",
+    argv=("sh", "-c", _STATUSLINE, "sh", STATUSLINE_PATH),
+    path=f"~/{STATUSLINE_PATH}",
+    parse=statusline_output_usage,
+    header_lines=1,
+)
+"""Claude Code's statusline input (``rate_limits``, 2.1.x) saved by the box's statusline helper: counts only
+when a window is used up."""
+
+TRANSCRIPT = StructuredSource(
+    name="transcript",
+    argv=("sh", "-c", _TRANSCRIPT, "sh"),
+    path="~/.claude/projects/*/*.jsonl",
+    parse=transcript_output_usage,
+    unit="an API error entry",
+)
+"""The newest Claude Code transcript's last API-error entry (a rejected ``rate_limit_info``)."""
+
+
 ADAPTER = AgentAdapter(
     name="claude-code",
     profile=PROFILE,
@@ -204,5 +236,5 @@ ADAPTER = AgentAdapter(
     interrupt_keys=("C-c", "C-c"),
     stop_keys=("Escape",),
     exit_before_login_switch=False,
-    structured_sources=("statusline", "transcript"),
+    structured_sources=(STATUSLINE, TRANSCRIPT),
 )

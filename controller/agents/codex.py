@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from controller.agents.adapter import AgentAdapter
+from controller.agents.adapter import STRUCTURED_MAX, AgentAdapter, StructuredSource, head_cut
+from controller.agents.usage_files import rollout_output_usage
 from controller.domain.profile import (
     ADVERB,
     FAMILY_HINT,
@@ -155,6 +156,22 @@ PROFILE = Profile(
 )
 
 
+# The newest rollout file's last token_count event, from the file's last 4 MiB.
+_ROLLOUT = ('f=$(ls -t "$HOME"/.codex/sessions/*/*/*/rollout-*.jsonl 2>/dev/null | head -n 1); '
+            '[ -n "$f" ] || exit 3; tail -c 4194304 "$f" | grep -F \'"token_count"\' | tail -n 1 | '
+            f'{head_cut(STRUCTURED_MAX)}')
+
+ROLLOUT = StructuredSource(
+    name="rollout",
+    argv=("sh", "-c", _ROLLOUT, "sh"),
+    path="~/.codex/sessions/*/*/*/rollout-*.jsonl",
+    parse=rollout_output_usage,
+    unit="a token_count event",
+)
+"""The last ``token_count`` event of Codex's newest rollout (``~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl``,
+Codex CLI 0.1xx)."""
+
+
 ADAPTER = AgentAdapter(
     name="codex",
     profile=PROFILE,
@@ -166,5 +183,5 @@ ADAPTER = AgentAdapter(
     interrupt_keys=("C-c", "C-c"),  # the first Ctrl-C clears the composer, the second exits
     stop_keys=("Escape",),
     exit_before_login_switch=True,  # a running Codex refuses another account's auth.json
-    structured_sources=("rollout",),
+    structured_sources=(ROLLOUT,),
 )

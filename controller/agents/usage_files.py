@@ -1,5 +1,5 @@
-"""Parsers of the usage the agent CLIs write themselves (read from the box by
-:func:`controller.service.boxfiles.read_structured`, named by each adapter's ``structured_sources``, and by
+"""Parsers of the usage the agent CLIs write themselves (the parsers of each adapter's ``structured_sources``,
+run on what :func:`controller.service.boxfiles.read_structured` read from the box, and used by
 ``agentbox-controller detect``). Pure, no I/O.
 
 Formats mirrored (see tests/fixtures/corpus/usage-payloads.jsonl and field-pitfalls §8):
@@ -18,9 +18,12 @@ The rules (windows named by length, bounds, ``UsageParseError`` naming the field
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from dataclasses import replace
+from datetime import datetime, timezone
 from typing import Any
 
+from controller.agents.adapter import SourceUnreadable
 from controller.domain.types import Usage, Window
 from controller.domain.usagejson import (
     _EVENT_WINDOW_TYPES,
@@ -39,7 +42,8 @@ from controller.domain.usagejson import (
     _require_dict,
 )
 
-__all__ = ["parse_rate_limit_event", "parse_rate_limit_event_usage", "parse_statusline", "parse_token_count"]
+__all__ = ["parse_rate_limit_event", "parse_rate_limit_event_usage", "parse_statusline", "parse_token_count",
+           "rollout_output_usage", "statusline_output_usage", "transcript_output_usage", "transcript_usage"]
 
 
 def parse_rate_limit_event(payload: dict[str, Any]) -> tuple[bool, Window]:
@@ -209,3 +213,79 @@ def parse_statusline(payload: dict[str, Any], read_at: datetime | None = None) -
             continue
         _put(windows, Window(name, pct, _epoch(w.get("resets_at"), f"rate_limits.{key}.resets_at")))
     return Usage(windows=windows, read_at=read_at)
+
+
+# ---------------------------------------------------------------------- the outputs of the box reads
+# Each takes the whole (bounded) output of a structured source's argv (see the adapters) and the instant of
+# the read; None is "no data"; malformed data raises SourceUnreadable with a message naming no value.
+
+
+def statusline_output_usage(stdout: str, now: datetime) -> Usage | None:
+    """Usage from the statusline read: the file's modification time (epoch s, one line), then the JSON
+    Claude Code piped to the box's statusline helper (:func:`parse_statusline`). It counts only when a
+    window is used up (100 % or more): below that the screen and the usage API say more.
+
+    Raises:
+        SourceUnreadable: "unreadable usage (<field>: <problem>)", "not a JSON object" or "unreadable
+            modification time".
+    """
+    first, _, rest = stdout.partition("\n")
+    try:
+        read_at = datetime.fromtimestamp(int(first.strip()), timezone.utc)
+    except ValueError:
+        raise SourceUnreadable("not a JSON object") from None  # as before: no header is no statusline
+    except (OverflowError, OSError):
+        raise SourceUnreadable("unreadable modification time") from None
+    try:
+        usage = parse_statusline(json.loads(rest), read_at)
+    except UsageParseError as exc:  # a ValueError too: first
+        raise SourceUnreadable(f"unreadable usage ({exc})") from None
+    except (ValueError, RecursionError):
+        raise SourceUnreadable("not a JSON object") from None
+    if any(w.utilization >= 100 for w in usage.windows.values()):
+        return usage
+    return None
+
+
+def transcript_usage(line: str, read_at: datetime) -> Usage | None:
+    """Usage from one Claude Code transcript API-error entry (Claude Code 2.1.328 records a usage-limit 429
+    with ``apiErrorParams.rate_limit_info``, the shape of stream-json's ``rate_limit_event``; older entries
+    ``quotaLimits``): a rejected one makes its window 100 % until ``resetsAt``; anything else (not JSON,
+    not rejected, malformed) is no data. Never raises."""
+    try:
+        entry = json.loads(line)
+        info = (entry.get("apiErrorParams") or {}).get("rate_limit_info") or entry.get("quotaLimits")
+        if not isinstance(info, dict):
+            return None
+        limited, window = parse_rate_limit_event({"type": "rate_limit_event", "rate_limit_info": info})
+    except (ValueError, AttributeError, RecursionError, UsageParseError):
+        return None
+    if not limited:
+        return None
+    return Usage({window.name: replace(window, utilization=max(window.utilization, 100.0))}, read_at=read_at)
+
+
+def transcript_output_usage(stdout: str, now: datetime) -> Usage | None:
+    """Usage from the transcript read: its last line is the newest transcript's last API-error entry
+    (:func:`transcript_usage`, read at ``now``); an empty output is no data. Never raises."""
+    if not stdout.strip():
+        return None
+    return transcript_usage(stdout.strip().splitlines()[-1], now)
+
+
+def rollout_output_usage(stdout: str, now: datetime) -> Usage | None:
+    """Usage from the rollout read: its last line is the newest rollout's last ``token_count`` event
+    (:func:`parse_token_count`; ``read_at`` is the event's timestamp, ``now`` is not used); an empty output
+    is no data. A Usage without windows (null ``rate_limits``) is returned as it is.
+
+    Raises:
+        SourceUnreadable: "unreadable usage (<field>: <problem>)" or "the last token_count event is not JSON".
+    """
+    if not stdout.strip():
+        return None
+    try:
+        return parse_token_count(json.loads(stdout.strip().splitlines()[-1]))
+    except UsageParseError as exc:  # a ValueError too: first
+        raise SourceUnreadable(f"unreadable usage ({exc})") from None
+    except (ValueError, RecursionError):
+        raise SourceUnreadable("the last token_count event is not JSON") from None

@@ -26,23 +26,23 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol, Sequence
 
 from controller import constants as C
 from controller.conditions import rfc3339, set_condition
 from controller.domain.actions import (  # noqa: F401 - the action types are part of this module's interface
     BLOCKING, JOURNALED, Act, ClearAnnotation, Count, CreatePod, DeletePod, Done, InstallLogin, PodCreated,
-    Performed, PostEvent, PressKey, PrintNotice, ReadUsage, RemoveLogin, RunJournal, SendContinue,
-    SwitchSubscription, UsageRead,
+    Performed, PostEvent, PressKey, PrintNotice, ReadStructured, ReadUsage, RemoveLogin, RunJournal, SendContinue,
+    StructuredRead, SwitchSubscription, UsageRead,
 )
 from controller.domain.podheal import decide_pod
 from controller.domain.podstate import ContainerView
 from controller.domain.resume import (
     Action as PlanAction, Journal, JournalAction, Phase, ResumeConfig, Step, TabPlan, TabRecord, after_usage,
-    limit_key, plan_tab, recovery_step, stall_plan, start_journal, usage_verdict,
+    limit_key, next_pass_in, plan_tab, recovery_step, stall_plan, start_journal, usage_verdict,
 )
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
-from controller.domain.signals import last_lines
+from controller.domain.signals import last_lines, merge
 from controller.domain.types import Detection, LimitKind, TabState, plausible_reset
 from controller.redact import STATUS_MESSAGE_MAX, bounded
 
@@ -71,7 +71,7 @@ class TabView:
         pane: tmux pane id ("%3") the keys go to.
         at_shell: the pane's foreground process is a shell (no agent runs).
         screen: the captured screen (untrusted text; only hashed and cut to its last lines here).
-        detection: what the screen (and the agent's structured files) say.
+        detection: what the screen says (`decide` merges the agent's structured usage into it).
         last_input_at: last time a human typed in the tab (UTC), or None.
     """
 
@@ -118,6 +118,36 @@ class BoxFacts:
     stop_keys: tuple[str, ...] = ("Escape",)
 
 
+class AgentFacts(Protocol):
+    """What `box_facts` reads of an agent adapter (`controller.agents.adapter.AgentAdapter`)."""
+
+    @property
+    def provider(self) -> str | None: ...
+    @property
+    def restart_argv(self) -> tuple[str, ...] | None: ...
+    @property
+    def continue_text(self) -> str: ...
+    @property
+    def exit_before_login_switch(self) -> bool: ...
+    @property
+    def stop_keys(self) -> tuple[str, ...]: ...
+
+
+def box_facts(agent: str, subscription: str | None, adapter: AgentFacts, *, resume_after_reset: bool = True,
+              rotation: bool = False, rotation_group: str = "All", rotation_selected: Sequence[str] = ()
+              ) -> BoxFacts:
+    """The decision's view of a box: its spec (spec.agent, spec.subscription, spec.whenAgentStops) and its
+    agent adapter's facts. The tabs are watched only when the agent runs on a provider's subscription and
+    the box names one; the agent is restarted to resume when its adapter has a restart argv."""
+    return BoxFacts(
+        agent=agent, subscription=subscription, watched=bool(adapter.provider and subscription),
+        resume_after_reset=resume_after_reset, rotation=rotation, rotation_group=rotation_group,
+        rotation_selected=tuple(rotation_selected), provider=adapter.provider or "",
+        restarts=bool(adapter.restart_argv), continue_text=adapter.continue_text,
+        stop_to_switch=adapter.exit_before_login_switch, stop_keys=tuple(adapter.stop_keys),
+    )
+
+
 @dataclass(frozen=True)
 class PodFacts:
     """The box pod as stored, for healing (`controller.domain.podheal.decide_pod`).
@@ -158,6 +188,27 @@ class StreamView:
     pod: str | None = None
 
 
+CAPTURE_NO_SESSION = "no_session"
+"""The terminal said the box's tmux session does not exist (`TmuxCommandFailed`)."""
+CAPTURE_TOO_LARGE = "output_too_large"
+"""The box printed more than the exec output bound while its tabs were captured."""
+CAPTURE_TRANSPORT = "transport"
+"""The exec itself failed (API server, kubelet, websocket): nothing is known; looked at again next scan."""
+
+
+@dataclass(frozen=True)
+class CaptureFailure:
+    """Why the tabs could not be read this pass (the observer's raw fact).
+
+    Attributes:
+        kind: `CAPTURE_NO_SESSION` | `CAPTURE_TOO_LARGE` | `CAPTURE_TRANSPORT`.
+        limit_bytes: the exec output bound (bytes) that was exceeded (`CAPTURE_TOO_LARGE`), else 0.
+    """
+
+    kind: str
+    limit_bytes: int = 0
+
+
 @dataclass(frozen=True)
 class Reserve:
     """spec.reserve of a Subscription (percent 0-100 of each window to keep)."""
@@ -180,7 +231,7 @@ class Observation:
         pod: the box container's view (running or why not); None when there is no pod yet.
         pod_facts: the stored pod for healing; None when not checked.
         session: the tmux session exists (True/False), None when not checked.
-        capture_problem: (reason, message) when the tabs could not be read (no session, too much output).
+        capture_failure: why the tabs could not be read (a raw fact; `decide` words the condition), or None.
         tabs: the tabs; None when not read this pass.
         annotations: metadata.annotations.
         input_problems: source -> (reason, messages) of the inputs checked while observing ("patterns",
@@ -192,6 +243,10 @@ class Observation:
         pending_switch: status.switch left by a previous controller (a dict with `to`), or None.
         usage_max_age_s: the oldest usage a resume may rely on (seconds).
         stall_s: a tab unchanged this long with no limit needs a human (seconds).
+        scan_interval_s: the polling period: the longest time between two passes without a live stream
+            (seconds, settings.scan_interval_s).
+        stream_rescan_s: the longest time between two passes while the live stream is attached (seconds,
+            settings.stream_rescan_s); also the age under which a structured read is reused.
         results: results of the blocking actions already performed in this pass (see `decide`).
     """
 
@@ -204,7 +259,7 @@ class Observation:
     pod: ContainerView | None = None
     pod_facts: PodFacts | None = None
     session: bool | None = None
-    capture_problem: tuple[str, str] | None = None
+    capture_failure: CaptureFailure | None = None
     tabs: tuple[TabView, ...] | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
     input_problems: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
@@ -215,6 +270,8 @@ class Observation:
     pending_switch: Mapping[str, Any] | None = None
     usage_max_age_s: float = 60.0
     stall_s: float = 1800.0
+    scan_interval_s: float = 5.0
+    stream_rescan_s: float = 300.0
     results: Mapping[Act, Any] = field(default_factory=dict)
 
 
@@ -242,6 +299,8 @@ class Memory:
         out_of_date: PodOutOfDate message while the pod predates spec.template, else None.
         replacing: (Ready reason, message) of the ended pod being replaced (said until the new one exists).
         stream_warned: uid of the pod whose unusable stream was reported (one Warning per pod).
+        structured: the last structured read: (the tabs' (name, state, kind, limit) digest it was read
+            for, the instant it was read (UTC), its result); reused on a live stream (`_structured`).
         loaded: the memory was rebuilt from status (a restarted controller starts from status).
     """
 
@@ -264,6 +323,7 @@ class Memory:
     out_of_date: str | None = None
     replacing: tuple[str, str] | None = None
     stream_warned: str | None = None
+    structured: tuple[tuple[Any, ...], datetime, StructuredRead] | None = None
     loaded: bool = False
 
 
@@ -294,7 +354,10 @@ class BoxDecision:
         status: what to write (None: nothing to write this pass).
         wake_at: per tab, when to look again (UTC; None = the regular scan).
         complete: False while a blocking action waits for its result (call `decide` again with it).
-        retry_in: seconds until the next pass whatever the tabs say (the pod is being healed), or None.
+        period_s: the longest time until the next pass when no tab has a deadline (seconds): the heal
+            retry while the pod is being healed; `Observation.stream_rescan_s` on a live stream (the
+            stream wakes the watcher on a change), at most the scan interval while the pod is out of date
+            (its replacement waits for idle tabs, judged from the records); else the scan interval.
         observe_tabs: the pod runs and its tabs are watched but were not read: read them and decide again.
     """
 
@@ -303,13 +366,18 @@ class BoxDecision:
     status: BoxStatus | None
     wake_at: tuple[datetime | None, ...] = ()
     complete: bool = True
-    retry_in: float | None = None
+    period_s: float = 5.0
     observe_tabs: bool = False
 
     @property
     def tab_records(self) -> Mapping[str, TabRecord]:
         """The tab records after this pass."""
         return self.memory.records
+
+    def next_pass_in(self, now: datetime) -> float:
+        """Seconds from `now` (UTC, the end of the pass) until the next pass: the earliest tab deadline,
+        at most `period_s`, never 0 (`controller.domain.resume.next_pass_in`)."""
+        return next_pass_in(self.wake_at, now, self.period_s)
 
 
 @dataclass(frozen=True)
@@ -441,7 +509,8 @@ class _Pass:
         self.seen: dict[str, tuple[str, datetime]] = dict(mem.seen)
         self.mem = mem
         self.wake: dict[str, datetime | None] = {}
-        self.retry_in: float | None = None
+        self.period_s: float | None = None  # set by a rule that bounds the next pass (the heal retry)
+        self.tabs_decided = False  # the tabs were read and decided on this pass
         self.observe_tabs = False
 
     # ---------------------------------------------------------------- helpers
@@ -526,8 +595,22 @@ def decide(obs: Observation, memory: Memory, now: datetime, cfg: DecideConfig | 
     mem = replace(p.mem, records=p.records, seen=p.seen)
     if status is None and not complete:
         status = _watched_status(p)  # what the journals are written ahead with
-    return BoxDecision(tuple(p.actions), mem, status, tuple(p.wake.values()), complete, p.retry_in,
+    return BoxDecision(tuple(p.actions), mem, status, tuple(p.wake.values()), complete, _period(p, mem),
                        p.observe_tabs)
+
+
+def _period(p: _Pass, mem: Memory) -> float:
+    """The pass period (`BoxDecision.period_s`)."""
+    obs = p.obs
+    if p.period_s is not None:
+        return min(obs.scan_interval_s, p.period_s)
+    if not p.tabs_decided:
+        return obs.scan_interval_s
+    live = obs.stream is not None and obs.stream.connected
+    period = obs.stream_rescan_s if live else obs.scan_interval_s
+    if mem.out_of_date:  # a pod update waits for idle tabs, judged from this pass's records
+        period = min(period, obs.scan_interval_s)
+    return period
 
 
 def _decide(p: _Pass) -> BoxStatus | None:
@@ -548,20 +631,31 @@ def _decide(p: _Pass) -> BoxStatus | None:
         return None
     if not obs.pod.running:
         return _ready_status(p, obs.pod, None)
+    failure = obs.capture_failure
+    if failure is not None and failure.kind == CAPTURE_TRANSPORT:
+        return None  # nothing is known of the tabs: no status, looked at again at the next scan
     for source, (reason, messages) in obs.input_problems.items():
         p.ignore(source, reason, messages)
-    if obs.capture_problem is not None:
-        reason, message = obs.capture_problem
-        if reason == C.R_BOX_OUTPUT_TOO_LARGE:
+    if failure is not None:
+        if failure.kind == CAPTURE_TOO_LARGE:
+            # What the box prints is bounded (the exec's output bound): too many tabs, a huge window, or a
+            # tmux that floods. Reported once; watched again when it prints less.
+            message = (f"the box printed more than {failure.limit_bytes} bytes when its tabs were captured "
+                       "(too many tabs or a very large window); its tabs are not watched until it prints less")
             if p.mem.output_problem != message:
                 p.mem = replace(p.mem, output_problem=message)
                 p.event("Warning", C.R_BOX_OUTPUT_TOO_LARGE, message)
-            return _tabs_status(p, obs, problem=(reason, message))
-        return _tabs_status(p, obs, problem=(reason, message), session=False)
+            return _tabs_status(p, obs, problem=(C.R_BOX_OUTPUT_TOO_LARGE, message))
+        return _tabs_status(p, obs, problem=(C.R_TMUX_MISSING, f"tmux session '{C.TMUX_SESSION}' not found in "
+                                             "the box container"), session=False)
     if obs.tabs is None:
         p.observe_tabs = True  # the tabs are read next (then `decide` again)
         return None
     p.mem = replace(p.mem, output_problem=None, tab_ids={**p.mem.tab_ids, **{t.name: t.id for t in obs.tabs}})
+    p.tabs_decided = True
+    _structured(p)
+    obs = p.obs  # the tabs with the structured usage merged into their detections
+    assert obs.tabs is not None
 
     annotations = _annotations(p)
     dets = {t.name: t.detection for t in obs.tabs}
@@ -585,6 +679,39 @@ def _watched_status(p: _Pass) -> BoxStatus:
     return _tabs_status(p, p.obs, problem=problem)
 
 
+# ---------------------------------------------------------------------------- structured usage
+_STOPPED = (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN)
+
+
+def _structured(p: _Pass) -> None:
+    """Merge the agent's own machine-readable usage into the screen detections (`signals.merge`).
+
+    Read only when some tab is not visibly busy (rate limited, idle or unrecognised). On the live stream
+    the last read is reused while the tabs' (state, kind, limit) are those it was read for and it is younger
+    than `stream_rescan_s` (the agents write these files when a turn ends, which changes a state); polling
+    reads every pass. A failed read merges nothing and leaves the files' last problems standing."""
+    tabs = p.obs.tabs or ()
+    if not any(t.detection.state in _STOPPED for t in tabs):
+        return
+    key = tuple(sorted((t.name, t.detection.state.value, t.detection.kind.value if t.detection.kind else None,
+                        limit_key(t.detection) if t.detection.state == TabState.RATE_LIMITED else None)
+                       for t in tabs))
+    seen = p.mem.structured
+    live = p.obs.stream is not None and p.obs.stream.connected
+    if live and seen is not None and seen[0] == key and (p.now - seen[1]).total_seconds() < p.obs.stream_rescan_s:
+        read = seen[2]
+    else:
+        read = p.ask(ReadStructured(p.obs.box.agent, p.now))
+        if read.failed:
+            return
+        p.mem = replace(p.mem, structured=(key, p.now, read))
+    p.ignore("files", C.R_INVALID_BOX_FILE, read.problems)
+    if read.usage is None:
+        return
+    usage, source = read.usage, read.source
+    p.obs = replace(p.obs, tabs=tuple(replace(t, detection=merge(t.detection, usage, source, p.now)) for t in tabs))
+
+
 # ---------------------------------------------------------------------------- the pod
 HEAL_RETRY_S = 1.0
 """Seconds to the next pass while the pod is being healed (at most the scan interval)."""
@@ -601,7 +728,7 @@ def _idle(p: _Pass) -> bool:
 def _heal(p: _Pass, pod: PodFacts) -> BoxStatus | None:
     """Recreate a missing pod, replace an ended (evicted, failed) one, recreate an out-of-date one when
     `spec.podUpdate` allows it (`controller.domain.podheal`). Returns the status while the pod is not usable
-    (the next pass follows soon: `retry_in`), None when the pass goes on."""
+    (the next pass follows soon: `period_s`), None when the pass goes on."""
     if pod.obj is None and not pod.created_before:
         return None  # never created yet: the reconcile handler creates the first pod and owns Ready
     decision = decide_pod(dict(pod.obj) if pod.obj is not None else None, pod.name, pod.desired_hash, pod.policy,
@@ -641,7 +768,7 @@ def _heal(p: _Pass, pod: PodFacts) -> BoxStatus | None:
     if current is None or current.get("reason") in READY_REASONS:
         conds = set_condition(conds, C.COND_READY, False, reason, message, p.now, p.obs.generation)
     conds = _pod_date(p, conds)
-    p.retry_in = HEAL_RETRY_S
+    p.period_s = HEAL_RETRY_S
     return BoxStatus({"state": "Pending", "pod": pod.name}, _owned(conds, (C.COND_READY, C.COND_POD_OUT_OF_DATE)))
 
 

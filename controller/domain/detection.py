@@ -301,6 +301,24 @@ def compile_user_pattern(
     return UserPattern(regex=regex, kind=limit_kind, source=text)
 
 
+def compile_user_patterns(patterns: Sequence[tuple[str, str]]) -> tuple[list[UserPattern], tuple[str, ...]]:
+    """Compile spec.detection.patterns ((regex, kind) pairs, in spec order).
+
+    Returns:
+        The compiled patterns (those that compile) and, sorted and without repeats, the message of each
+        pattern that does not (naming its field `spec.detection.patterns[i].regex`, ending with
+        "(the pattern is ignored)"), for InputIgnored.
+    """
+    out: list[UserPattern] = []
+    errors: set[str] = set()
+    for i, (regex, kind) in enumerate(patterns):
+        try:
+            out.append(compile_user_pattern(regex, kind=kind, field_path=f"spec.detection.patterns[{i}].regex"))
+        except InvalidPattern as exc:
+            errors.add(str(exc))
+    return out, tuple(e + " (the pattern is ignored)" for e in sorted(errors))
+
+
 # ---------------------------------------------------------------------------------------------
 # classification
 

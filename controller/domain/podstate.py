@@ -9,7 +9,7 @@ by the tab watcher on top of this (reason ``SessionMissing``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from controller.constants import R_CONTAINER_TERMINATED as CONTAINER_TERMINATED  # ended, not restarted
 from controller.constants import R_CONTAINER_WAITING as CONTAINER_WAITING  # CrashLoopBackOff, ImagePullBackOff...
@@ -91,3 +91,17 @@ def box_container_view(pod: dict[str, Any] | None, pod_name: str, container: str
         return ContainerView(False, CONTAINER_TERMINATED, f"Container {container} terminated with exit code "
                              f"{_clip(terminated.get('exitCode'))}")
     return ContainerView(False, CONTAINER_WAITING, f"Container {container} has no known state")
+
+
+def box_time_zone(spec_time_zone: str | None, pod: Mapping[str, Any] | None, container: str | None) -> str:
+    """The time zone the agents print their reset times in: spec.timeZone, else the box container's `TZ`
+    environment variable (a literal value in the pod spec), else "UTC". The pod is untrusted in shape."""
+    if spec_time_zone:
+        return spec_time_zone
+    for ctr in _list(_dict(_dict(pod).get("spec")).get("containers")):
+        if _dict(ctr).get("name") == container and container is not None:
+            for env in _list(_dict(ctr).get("env")):
+                value = _dict(env).get("value")
+                if _dict(env).get("name") == "TZ" and value and isinstance(value, str):
+                    return value
+    return "UTC"

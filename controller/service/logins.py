@@ -51,6 +51,7 @@ from typing import Any, Callable
 
 from controller import constants as C
 from controller import metrics
+from controller.agents.adapter import LOGIN_FILE_MISSING_RC
 from controller.agents.registry import login_adapter
 from controller.conditions import set_condition
 from controller.providers.credentials import InvalidLogin, Login, parse_login, token_fingerprint
@@ -60,11 +61,6 @@ log = logging.getLogger("agentbox.logins")
 COND_LOGIN_REFRESHED = "LoginRefreshed"
 MARKER_KEY = "agentbox"   # top-level key of a Claude Code login file: {"subscription": "<ns>/<name>"}
 
-# Replace $HOME/<path> atomically (mode 0600) only if it exists: a box whose file was removed (the
-# reserve stop) is left without one. Exit 4: no file.
-_REPLACE = ('umask 077; f="$HOME/$1"; [ -f "$f" ] || exit 4; cat > "$f.agentbox-tmp" '
-            '&& mv -f "$f.agentbox-tmp" "$f"')
-_READ = 'f="$HOME/$1"; [ -f "$f" ] || exit 4; head -c 262144 "$f"'
 IN_FLIGHT_KEY = "refreshInFlight"  # status: "sha256:<8 hex>" of the refresh token being spent (write-ahead)
 _UNDECIDED = "undecided"   # a login in a box could not be checked with the provider (yet)
 
@@ -470,12 +466,10 @@ class LoginKeeper:
 
     async def _store(self, ref: Any, text: str) -> None:
         """Write the login into the Subscription's Secret key (other keys untouched), retrying a few times."""
-        core = self.rt.kube.core
-        body = {"data": {ref.key: base64.b64encode(text.encode()).decode()}}
+        data = {ref.key: base64.b64encode(text.encode()).decode()}
         for attempt in range(5):
             try:
-                await asyncio.to_thread(core.patch_namespaced_secret, ref.name, self.namespace, body,
-                                        _content_type="application/merge-patch+json")
+                await self.rt.kube.patch_secret_data(self.namespace, ref.name, data)
                 return
             except Exception as exc:  # noqa: BLE001 - the boxes still get it; retried below
                 log.warning("Subscription %s: storing the login failed (%s)", self.marker, type(exc).__name__)
@@ -527,7 +521,8 @@ class LoginKeeper:
 
         try:
             await self.rt.kube.ensure_secret(make_box_secret(box.body, login_adapter(provider).secret_key, text))
-            res = await self._exec(box, ["sh", "-c", _REPLACE, "sh", login_adapter(provider).login_file], stdin=text)
+            # Only where a file exists: a box stopped by the reserve is left without one.
+            res = await self._exec(box, login_adapter(provider).login_replace_argv(), stdin=text)
         except NotOwned as exc:
             log.warning("Subscription %s: not pushing the login to box %s: %s is not the box's", self.marker,
                         box.name, exc.kind)
@@ -536,7 +531,7 @@ class LoginKeeper:
             log.warning("Subscription %s: pushing the login to box %s failed (%s)", self.marker, box.name,
                         type(exc).__name__)
             return False
-        if res is not None and res.rc not in (0, 4):
+        if res is not None and res.rc not in (0, LOGIN_FILE_MISSING_RC):
             log.warning("Subscription %s: writing the login file in box %s exited %s", self.marker, box.name, res.rc)
             return False
         return True
@@ -614,7 +609,7 @@ class LoginKeeper:
 
         async def read(box: _Box) -> str | None:
             try:
-                res = await self._exec(box, ["sh", "-c", _READ, "sh", login_adapter(provider).login_file])
+                res = await self._exec(box, login_adapter(provider).login_read_argv())
             except Exception:  # noqa: BLE001 - not running, not owned (NotOwned), transport: no candidate
                 return None
             return res.stdout if res is not None and res.rc == 0 else None

@@ -28,15 +28,15 @@ from pydantic import ValidationError
 from controller import constants as C
 from controller import metrics
 from controller.domain.box import (  # noqa: F401 - record helpers re-exported for their former callers
-    READY_REASONS, BoxDecision, BoxFacts, BoxStatus, DecideConfig, Memory, Observation, PodFacts, StreamView,
-    TabView, candidate_from,
+    CAPTURE_NO_SESSION, CAPTURE_TOO_LARGE, CAPTURE_TRANSPORT, READY_REASONS, BoxDecision, BoxFacts, BoxStatus,
+    CaptureFailure, DecideConfig, Memory, Observation, PodFacts, StreamView, TabView, box_facts, candidate_from,
     decide, journal_from_status, journal_to_status, memory_from_status, record_from_status, record_to_status,
     reserve_from,
 )
 from controller.domain.podheal import template_hash
-from controller.domain.podstate import box_container_view
-from controller.domain.resume import ResumeConfig, limit_key, next_pass_in
-from controller.domain.signals import merge
+from controller.domain.detection import compile_user_patterns
+from controller.domain.podstate import box_container_view, box_time_zone
+from controller.domain.resume import ResumeConfig, limit_key
 from controller.domain.types import Detection, TabState
 from controller.agents.registry import get_adapter
 from controller.kube.exec import owned_exec, owned_exec_open
@@ -55,18 +55,9 @@ EventFn = Callable[[str, str, str], None]
 """Posts a Kubernetes Event on the box: (type Normal|Warning, reason, message)."""
 
 MAX_ROUNDS = 12
-"""decide/execute rounds of one pass (each blocking action adds one; a pass needs at most eight)."""
+"""decide/execute rounds of one pass (each blocking action adds one; a pass needs at most nine)."""
 
 _GUARDS = {C.COND_READY: READY_REASONS}
-
-
-def _container_tz(pod: dict[str, Any], container: str) -> str | None:
-    for ctr in (pod.get("spec") or {}).get("containers") or []:
-        if ctr.get("name") == container:
-            for env in ctr.get("env") or []:
-                if env.get("name") == "TZ" and env.get("value"):
-                    return env["value"]
-    return None
 
 
 class BoxWatcher:
@@ -95,7 +86,6 @@ class BoxWatcher:
         self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
-        self._structured_seen: tuple[int, datetime, Any] | None = None  # (tab states hash, read at, result)
 
     async def aclose(self) -> None:
         """Detach the live tmux stream (the watcher stops)."""
@@ -116,7 +106,10 @@ class BoxWatcher:
         status = body.get("status") or {}
         self.writer.seen(body)
         adapter = get_adapter(spec.agent)
-        facts = self._facts(spec, adapter)
+        rot = spec.when_agent_stops.rotation
+        facts = box_facts(spec.agent, spec.subscription, adapter,
+                          resume_after_reset=spec.when_agent_stops.resume_after_reset, rotation=rot.enabled,
+                          rotation_group=rot.group, rotation_selected=rot.subscriptions)
         if self.memory is None:
             self.memory = memory_from_status(status, spec.subscription)
             switch = status.get("switch")
@@ -124,15 +117,16 @@ class BoxWatcher:
         obs = Observation(
             box=facts, generation=meta.get("generation"), conditions=tuple(status.get("conditions") or []),
             state=status.get("state"), usage_max_age_s=s.usage_max_age_s, stall_s=s.stall_s,
-            stream_disabled=not s.tmux_stream,
+            stream_disabled=not s.tmux_stream, scan_interval_s=s.scan_interval_s,
+            stream_rescan_s=s.stream_rescan_s,
         )
 
         # ---- observe: the pod (and decide on it: heal, Ready, or read the tabs)
         pod = await self._read_pod()
         if pod is not None and not owned_by(pod, self._uid):
             # A pod under the box's name that the box does not control: never exec into it.
-            await self._run(replace(obs, pod_owned=False, not_owned=str(NotOwned("Pod", pod_name(self.name), self.name))))
-            return s.scan_interval_s
+            d = await self._run(replace(obs, pod_owned=False, not_owned=str(NotOwned("Pod", pod_name(self.name), self.name))))
+            return d.next_pass_in(self.rt.clock())
         container = box_container((pod or {}).get("spec") or {}, spec.container) if pod else None
         view = box_container_view(pod, pod_name(self.name), container)
         session = None
@@ -142,14 +136,12 @@ class BoxWatcher:
             pod_name(self.name), pod, ((pod or {}).get("metadata") or {}).get("uid") or "",
             template_hash(spec.template), spec.pod_update, bool(meta.get("deletionTimestamp")), bool(status.get("pod"))))
         first = await self._run(obs, body=body)
-        if first.retry_in is not None:
-            return min(s.scan_interval_s, first.retry_in)
         if not first.observe_tabs or pod is None or container is None:
-            return s.scan_interval_s
+            return first.next_pass_in(self.rt.clock())
 
         # ---- observe: the tabs
-        tz = spec.time_zone or _container_tz(pod, container) or "UTC"
-        patterns, pattern_problems = self._user_patterns(spec)
+        tz = box_time_zone(spec.time_zone, pod, container)
+        patterns, pattern_problems = compile_user_patterns([(p.regex, p.kind) for p in spec.detection.patterns])
         term = self._terminal(pod, container, spec.agent, tz, patterns)
         obs = replace(obs, pod=view, session=True, stream=self._stream_state(),
                       input_problems={"patterns": (C.R_INVALID_PATTERN, pattern_problems)})
@@ -157,32 +149,24 @@ class BoxWatcher:
             tabs, inputs = await term.tabs()
             screens = await term.capture_all(tabs)
         except TmuxCommandFailed:
-            await self._run(replace(obs, capture_problem=(
-                "TmuxMissing", f"tmux session '{C.TMUX_SESSION}' not found in the box container")))
-            return s.scan_interval_s
-        except Exception as exc:  # noqa: BLE001 - exec transport errors: retry at the next scan
+            d = await self._run(replace(obs, capture_failure=CaptureFailure(CAPTURE_NO_SESSION)))
+            return d.next_pass_in(self.rt.clock())
+        except Exception as exc:  # noqa: BLE001 - exec transport errors and output bounds: decided on
             if getattr(exc, "reason", None) == "output_too_large":
-                # What the box prints is bounded (controller/kube/exec.py): too many tabs, a huge window,
-                # or a tmux that floods. Reported once; watched again when it prints less.
-                problem = (f"the box printed more than {s.exec_max_output_bytes} bytes when its tabs were "
-                           "captured (too many tabs or a very large window); its tabs are not watched until "
-                           "it prints less")
-                await self._run(replace(obs, capture_problem=(C.R_BOX_OUTPUT_TOO_LARGE, problem)))
-                return s.scan_interval_s
-            log.warning("Box %s/%s: exec failed (%s)", self.namespace, self.name, type(exc).__name__)
-            return s.scan_interval_s
+                failure = CaptureFailure(CAPTURE_TOO_LARGE, s.exec_max_output_bytes)
+            else:
+                log.warning("Box %s/%s: exec failed (%s)", self.namespace, self.name, type(exc).__name__)
+                failure = CaptureFailure(CAPTURE_TRANSPORT)
+            d = await self._run(replace(obs, capture_failure=failure))
+            return d.next_pass_in(self.rt.clock())
         now = self.rt.clock()
         dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
-        dets, file_problems = await self._structured(term, spec, dets, now, screens)
         subs = await self.rt.kube.list_custom_shared(C.SUBSCRIPTION_PLURAL, self.namespace)
         candidates, reserves = self.rt.sub_views.of(self.namespace, subs)  # converted once per object version
-        problems = dict(obs.input_problems)
-        if file_problems is not None:
-            problems["files"] = (C.R_INVALID_BOX_FILE, tuple(file_problems))
         obs = replace(
             obs, tabs=tuple(TabView(t.name, t.id, t.pane_id, t.at_shell, screens.get(t.id, ""), dets[t.name],
                                     inputs.get(t.id)) for t in tabs),
-            annotations=dict(meta.get("annotations") or {}), input_problems=problems,
+            annotations=dict(meta.get("annotations") or {}),
             subscriptions=candidates, reserves=reserves,
             pending_switch=self._pending_switch,
         )
@@ -192,11 +176,7 @@ class BoxWatcher:
         decision = await self._run(obs, term, adapter, {t.name: t for t in tabs}, screen_ready)
         if decision.complete:
             self._pending_switch = None
-        live = self.stream is not None and self.stream.connected
-        rescan = s.stream_rescan_s if live else s.scan_interval_s
-        if decision.memory.out_of_date:  # a pod update waits for idle tabs, judged from this pass's records
-            rescan = min(rescan, s.scan_interval_s)
-        return next_pass_in(decision.wake_at, self.rt.clock(), rescan)
+        return decision.next_pass_in(self.rt.clock())
 
     async def _run(self, obs: Observation, term: BoxTerminal | None = None, adapter: Any = None,
                    tabs: dict[str, Any] | None = None, screen_ready: Any = None,
@@ -246,18 +226,6 @@ class BoxWatcher:
                 return pod  # type: ignore[return-value]
         return await self.rt.kube.get_pod(self.namespace, name)
 
-    @staticmethod
-    def _facts(spec: AgentBoxSpec, adapter: Any) -> BoxFacts:
-        """The spec and the agent adapter's facts the decision needs (`adapter`: `AgentAdapter`)."""
-        rot = spec.when_agent_stops.rotation
-        return BoxFacts(
-            agent=spec.agent, subscription=spec.subscription, watched=bool(adapter.provider and spec.subscription),
-            resume_after_reset=spec.when_agent_stops.resume_after_reset, rotation=rot.enabled,
-            rotation_group=rot.group, rotation_selected=tuple(rot.subscriptions), provider=adapter.provider or "",
-            restarts=bool(adapter.restart_argv), continue_text=adapter.continue_text,
-            stop_to_switch=adapter.exit_before_login_switch, stop_keys=tuple(adapter.stop_keys),
-        )
-
     def _stream_state(self) -> StreamView | None:
         if self.stream is None:
             return None
@@ -305,54 +273,6 @@ class BoxWatcher:
     def _open_fn(self, pod: dict[str, Any], container: str):
         """Open a long-lived exec in the box's own pod (`owned_exec_open`: ownership proven, counted)."""
         return owned_exec_open(self.rt.exec_open, pod, self._uid, self.name, container)
-
-    # ------------------------------------------------------------------ structured signals (level 1)
-    async def _structured(self, term: BoxTerminal, spec: AgentBoxSpec, dets: dict[str, Detection],
-                          now: datetime, screens: dict[str, str] | None = None
-                          ) -> tuple[dict[str, Detection], list[str] | None]:
-        """Merge the agent's own machine-readable usage (Claude Code statusline input, Codex rollout
-        `token_count` events) into the screen detections. Read only when a tab is not visibly busy; on the
-        live stream, only when a tab stopped (the tabs' detected states changed since the last read: the
-        agents write these files when a turn ends) or the last read is `stream_rescan_s` old, else the
-        last read is reused. Returns the detections and the problems of the files read (None when none
-        was read)."""
-        if not any(d.state in (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN) for d in dets.values()):
-            return dets, None
-        from controller.service.boxfiles import read_structured
-
-        digest = hash(tuple(sorted((name, d.state, d.kind, limit_key(d) if d.state == TabState.RATE_LIMITED
-                                    else None) for name, d in dets.items())))
-        seen = self._structured_seen
-        reuse = (isinstance(term, StreamTerminal) and term.stream.connected and seen is not None
-                 and seen[0] == digest
-                 and (now - seen[1]).total_seconds() < self.rt.settings.stream_rescan_s)
-        problems: list[str] = []
-        try:
-            if reuse:
-                usage, source, problems = seen[2]  # type: ignore[index]
-            else:
-                usage, source = await read_structured(term.exec_fn, spec.agent, now, problems)
-                self._structured_seen = (digest, now, (usage, source, problems))
-        except Exception as exc:  # noqa: BLE001 - no structured data is a normal case
-            log.debug("Box %s/%s: no structured usage (%s)", self.namespace, self.name, type(exc).__name__)
-            return dets, None
-        if usage is None:
-            return dets, problems
-        return {name: merge(det, usage, source, now) for name, det in dets.items()}, problems
-
-    def _user_patterns(self, spec: AgentBoxSpec) -> tuple[list[Any], tuple[str, ...]]:
-        """The compiled spec.detection.patterns and the messages of those that do not compile."""
-        from controller.domain.detection import InvalidPattern, compile_user_pattern
-
-        out = []
-        errors: set[str] = set()
-        for i, pat in enumerate(spec.detection.patterns):
-            try:
-                out.append(compile_user_pattern(pat.regex, kind=pat.kind,
-                                                field_path=f"spec.detection.patterns[{i}].regex"))
-            except InvalidPattern as exc:
-                errors.add(str(exc))
-        return out, tuple(e + " (the pattern is ignored)" for e in sorted(errors))
 
     def _detect(self, agent: str, screen: str, now: datetime, tz: str, patterns: list[Any]) -> Detection:
         from controller.agents.registry import detect

@@ -143,3 +143,8 @@ def capture_one_argv(pane_id: str) -> list[str]:
 def pane_command_argv(pane_id: str) -> list[str]:
     """argv printing a pane's foreground command."""
     return ["tmux", "display-message", "-p", "-t", pane_id, "#{pane_current_command}"]
+
+
+def pane_tty_argv(pane_id: str) -> list[str]:
+    """argv printing a pane's terminal device ("/dev/pts/3"; untrusted: checked by the caller)."""
+    return ["tmux", "display-message", "-p", "-t", pane_id, "#{pane_tty}"]
