@@ -8,6 +8,9 @@ from typing import Any
 
 from controller.events import EventFn, ObjectRef, Recorder
 from controller.kube.objects import Kube
+from controller.service.loginload import SharedLogins
+from controller.service.podcache import WatchedPods
+from controller.service.subviews import SubscriptionViews
 from controller.settings import Clock, Settings, utcnow
 
 
@@ -27,6 +30,11 @@ class Runtime:
         events: the one Event poster (deduplicated; also the webhook and the metric). The default
             only counts (no API writes); the operator's startup gives it the Kubernetes client.
         wakeups: per box (namespace, name) an Event that wakes its tab watcher early.
+        sub_views: rotation's views of each namespace's Subscriptions, converted once per object version
+            (`controller.service.subviews.SubscriptionViews`).
+        logins: a Subscription's login loaded once for the boxes that ask at the same instant
+            (`controller.service.loginload.SharedLogins`; nothing kept after).
+        pods: the box pods as the pod watch delivered them (`controller.service.podcache.WatchedPods`).
     """
 
     settings: Settings
@@ -38,6 +46,9 @@ class Runtime:
     clock: Clock = utcnow
     events: Recorder = field(default=None)  # type: ignore[assignment]
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
+    logins: SharedLogins = field(default_factory=SharedLogins)
+    pods: WatchedPods = field(default_factory=WatchedPods)
 
     def __post_init__(self) -> None:
         if self.events is None:

@@ -27,7 +27,6 @@ from controller.domain.box import (
 )
 from controller.domain.resume import Journal, Step, TabRecord
 from controller.kube.objects import make_box_secret
-from controller.service.loginload import load_login_of
 from controller.service import boxfiles
 from controller.terminal import tmux
 from controller.terminal.session import BoxTerminal
@@ -184,8 +183,9 @@ class Executor:
     # ------------------------------------------------------------------ logins and usage
     async def _login(self, subscription: str) -> tuple[str, str, Any] | None:
         """(provider, login file text, parsed Login) of a subscription; None when unusable
-        (:func:`controller.service.loginload.load_login_of`)."""
-        loaded = await load_login_of(self.rt.kube, self.namespace, subscription)
+        (:func:`controller.service.loginload.load_login_of`; simultaneous loads of one subscription by
+        several boxes share one read started after each asked: `SharedLogins`)."""
+        loaded = await self.rt.logins.load(self.rt.kube, self.namespace, subscription)
         if not loaded.usable:
             return None
         return loaded.provider, loaded.text or "", loaded.login

@@ -122,7 +122,7 @@ class BoxWatcher:
         )
 
         # ---- observe: the pod (and decide on it: heal, Ready, or read the tabs)
-        pod = await self.rt.kube.get_pod(self.namespace, pod_name(self.name))
+        pod = await self._read_pod()
         if pod is not None and not owned_by(pod, self._uid):
             # A pod under the box's name that the box does not control: never exec into it.
             d = await self._run(replace(obs, pod_owned=False, not_owned=str(NotOwned("Pod", pod_name(self.name), self.name))))
@@ -162,12 +162,12 @@ class BoxWatcher:
         now = self.rt.clock()
         dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
         subs = await self.rt.kube.list_custom_shared(C.SUBSCRIPTION_PLURAL, self.namespace)
+        candidates, reserves = self.rt.sub_views.of(self.namespace, subs)  # converted once per object version
         obs = replace(
             obs, tabs=tuple(TabView(t.name, t.id, t.pane_id, t.at_shell, screens.get(t.id, ""), dets[t.name],
                                     inputs.get(t.id)) for t in tabs),
             annotations=dict(meta.get("annotations") or {}),
-            subscriptions=tuple(candidate_from(o) for o in subs),
-            reserves={o["metadata"]["name"]: reserve_from(o) for o in subs},
+            subscriptions=candidates, reserves=reserves,
             pending_switch=self._pending_switch,
         )
 
@@ -214,6 +214,18 @@ class BoxWatcher:
         await self.writer.write(status.fields, status.conditions, _GUARDS if status.guard_ready else None)
 
     # ------------------------------------------------------------------ observing helpers
+    async def _read_pod(self) -> dict[str, Any] | None:
+        """The box pod: the pod watch's latest body while the live stream is attached to that very pod (its
+        exec proves the pod exists: a pod deleted or replaced ends it; the watch brings the pod's changes),
+        else a GET (no stream, the stream down, the watch has not delivered that pod). The caller checks
+        ownership on either the same way."""
+        name = pod_name(self.name)
+        if self.stream is not None and self.stream.connected and self._stream_pod:
+            pod = self.rt.pods.get(self.namespace, name, self._stream_pod)
+            if pod is not None:
+                return pod  # type: ignore[return-value]
+        return await self.rt.kube.get_pod(self.namespace, name)
+
     def _stream_state(self) -> StreamView | None:
         if self.stream is None:
             return None
