@@ -63,7 +63,7 @@ class Executor:
     def __init__(self, rt: Any, namespace: str, name: str, uid: str | None, adapter: Any, term: BoxTerminal,
                  post_event: Callable[[str, str, str], None], flush: Flush,
                  screen_ready: Callable[[str], Awaitable[bool]], tabs: Mapping[str, Any],
-                 body: Mapping[str, Any] | None = None, write_fields: WriteFields | None = None) -> None:
+                 body: Mapping[str, Any] | None, write_fields: WriteFields) -> None:
         self.rt, self.namespace, self.name, self.uid = rt, namespace, name, uid
         self.adapter, self.term, self.post_event, self.flush = adapter, term, post_event, flush
         self.screen_ready = screen_ready
@@ -175,10 +175,8 @@ class Executor:
             await self.flush(replace(self._status, fields={**self._status.fields, "tabs": tabs}))
 
     async def _write(self, fields: dict[str, Any]) -> None:
-        if self.write_fields is not None:
-            await self.write_fields(fields)
-        else:
-            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, fields)
+        """Write status fields now through the box's one status writer."""
+        await self.write_fields(fields)
 
     # ------------------------------------------------------------------ logins and usage
     async def _login(self, subscription: str) -> tuple[str, str, Any] | None:
