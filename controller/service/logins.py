@@ -54,7 +54,8 @@ from controller import metrics
 from controller.agents.adapter import LOGIN_FILE_MISSING_RC
 from controller.agents.registry import login_adapter
 from controller.conditions import set_condition
-from controller.providers.credentials import InvalidLogin, Login, parse_login, token_fingerprint
+from controller.providers.credentials import Login, parse_login, token_fingerprint
+from controller.service.loginload import LoadedLogin, load_box_login, parse_held_login
 
 log = logging.getLogger("agentbox.logins")
 
@@ -126,18 +127,28 @@ class LoginKeeper:
         return f"{self.namespace}/{self.name}"
 
     # ------------------------------------------------------------------ the tick
-    async def tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
+    async def tick(self, spec: Any, loaded: LoadedLogin, status: dict[str, Any]) -> KeepResult:
         """Refresh / adopt / propagate as due. Never raises: trouble (API server, pods) is logged and
         retried after ``login_retry_s`` with the current login kept for the usage read (none while the
-        provider refuses this login: the subscription stays Disconnected)."""
+        provider refuses this login: the subscription stays Disconnected).
+
+        Args:
+            spec: the Subscription's validated spec.
+            loaded: its login as the one loader read it this pass (:func:`controller.service.loginload.load_login`;
+                usable: ``text`` and ``login`` set). The keeper reads the Secret no second time.
+            status: the Subscription's stored status.
+        """
+        if loaded.login is None or loaded.text is None:
+            return KeepResult(loaded.login, status, self.rt.settings.usage_interval_s)
+        login = loaded.login
         try:
-            return await self._tick(spec, login, status)
+            return await self._tick(spec, login, loaded.text, status)
         except Exception as exc:  # noqa: BLE001
             log.warning("Subscription %s: login keeping failed (%s); retrying", self.marker, type(exc).__name__)
             refused = self.refused_fp is not None and token_fingerprint(login.refresh_token) == self.refused_fp
             return KeepResult(None if refused else login, status, self.rt.settings.login_retry_s)
 
-    async def _tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
+    async def _tick(self, spec: Any, login: Login, text: str, status: dict[str, Any]) -> KeepResult:
         st = self.rt.settings
         now = self.rt.clock()
         far = st.usage_interval_s
@@ -145,9 +156,6 @@ class LoginKeeper:
             return KeepResult(login, status, far)
         provider = spec.provider
         ref = spec.credentials_secret_ref
-        _, text = await self.rt.kube.get_secret_value(self.namespace, ref.name, ref.key)
-        if text is None:
-            return KeepResult(login, status, far)
         gen = status.get("observedGeneration")
         fp = token_fingerprint(login.refresh_token)
         self.secret_fp = fp
@@ -557,14 +565,11 @@ class LoginKeeper:
             return  # nothing renewed by this keeper yet: the boxes hold what they were given
         stale = []
         for box in await self._boxes(provider):
-            _, current = await self.rt.kube.get_secret_value(self.namespace, f"{box.name}-credentials",
-                                                             login_adapter(provider).secret_key)
-            try:
-                held = parse_login(provider, current) if current else None
-            except InvalidLogin:
-                held = None
+            current = await load_box_login(self.rt.kube, self.namespace, box.name, provider)
+            held = current.login
             if held is None or held.access_token != login.access_token:
-                if held is not None and self._newer(held, login) and self._same_account(provider, current, login):
+                if held is not None and self._newer(held, login) and \
+                        self._same_account(provider, current.text or "", login):
                     continue  # newer than ours: the read-back adopts it before the next refresh
                 stale.append(box.name)
         if stale:
@@ -577,10 +582,8 @@ class LoginKeeper:
 
     def _same_account(self, provider: str, text: str, login: Login) -> bool:
         if provider == "openai":
-            try:
-                return parse_login(provider, text).account_id == login.account_id
-            except InvalidLogin:
-                return False
+            held = parse_held_login(provider, text)
+            return held is not None and held.account_id == login.account_id
         try:
             data = json.loads(text)
         except ValueError:
@@ -618,10 +621,7 @@ class LoginKeeper:
 
         candidates: list[tuple[_Box, Login, str]] = []
         for box, live in zip(boxes, await asyncio.gather(*(read(b) for b in boxes))):
-            try:
-                held = parse_login(provider, live) if live else None
-            except InvalidLogin:
-                held = None
+            held = parse_held_login(provider, live)
             if held is None or held.access_token == login.access_token:
                 if held is not None:
                     self.refused_boxes.pop(box.name, None)  # holds the subscription's login again

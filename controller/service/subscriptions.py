@@ -94,7 +94,7 @@ class SubscriptionReader:
         loaded = await load_login(rt.kube, self.namespace, spec)
         login, reason, msg = loaded.login, loaded.reason, loaded.message
         if login is not None:  # login lifecycle: refresh, store, propagate, read back (service/logins.py)
-            kept = await self.logins.tick(spec, login, status)
+            kept = await self.logins.tick(spec, loaded, status)
             login, status, self.login_delay = kept.login, kept.status, kept.delay
             if login is None:
                 return kept.delay
