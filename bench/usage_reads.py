@@ -74,6 +74,15 @@ class MemKube:
             else:
                 cur[k] = v
 
+    async def patch_status_at(self, plural: str, namespace: str, name: str, status: dict[str, Any],
+                              resource_version: str | None) -> dict[str, Any]:
+        """The status writer's conditional patch (no other writer here: never a conflict)."""
+        await self.patch_status(plural, namespace, name, status)
+        return {"metadata": {"name": name, "namespace": namespace}, "status": dict(self.status[name])}
+
+    async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return {"metadata": {"name": name, "namespace": namespace}, "status": dict(self.status.get(name, {}))}
+
     async def list_custom(self, plural: str, namespace: str) -> list[dict[str, Any]]:
         return []
 

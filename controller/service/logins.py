@@ -56,6 +56,7 @@ from controller.agents.registry import login_adapter
 from controller.conditions import set_condition
 from controller.providers.credentials import Login, parse_login, token_fingerprint
 from controller.service.loginload import LoadedLogin, load_box_login, parse_held_login
+from controller.service.status import StatusWriter, subscription_writer
 
 log = logging.getLogger("agentbox.logins")
 
@@ -74,11 +75,14 @@ class KeepResult:
         login: the login to read usage with; None when the keeper set the state itself (Disconnected).
         status: the Subscription status with the keeper's condition set (the reader builds on it).
         delay: seconds until the keeper needs the next tick.
+        conditions: the conditions the keeper set this tick (``LoginRefreshed``), for the reader's one
+            write through the Subscription's status writer; types it did not set are left as stored.
     """
 
     login: Login | None
     status: dict[str, Any]
     delay: float
+    conditions: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -121,6 +125,7 @@ class LoginKeeper:
     _last_boxes: list[_Box] = field(default_factory=list)
     sent_candidates: set[str] = field(default_factory=set)   # candidate refresh tokens sent (never sent twice)
     secret_fp: str | None = None           # refresh token of the Subscription's login at this tick
+    _set_now: dict[str, dict[str, Any]] = field(default_factory=dict)  # conditions set by this tick, by type
 
     @property
     def marker(self) -> str:
@@ -141,8 +146,11 @@ class LoginKeeper:
         if loaded.login is None or loaded.text is None:
             return KeepResult(loaded.login, status, self.rt.settings.usage_interval_s)
         login = loaded.login
+        self._set_now = {}
         try:
-            return await self._tick(spec, login, loaded.text, status)
+            kept = await self._tick(spec, login, loaded.text, status)
+            kept.conditions = tuple(self._set_now.values())
+            return kept
         except Exception as exc:  # noqa: BLE001
             log.warning("Subscription %s: login keeping failed (%s); retrying", self.marker, type(exc).__name__)
             refused = self.refused_fp is not None and token_fingerprint(login.refresh_token) == self.refused_fp
@@ -200,10 +208,10 @@ class LoginKeeper:
                 # A newer login sits in a box but the provider could not be asked whose it is: neither
                 # adopt it nor spend our refresh token (it may be spent already); ask again soon.
                 self._backoff(login, now)
-                conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
-                                      "IdentityCheckFailed", "A box holds a newer login; the provider could not "
-                                      "confirm its account yet; retrying, the current login stays in use", now, gen)
-                return KeepResult(login, {**status, "conditions": conds},
+                status = self._set(status, COND_LOGIN_REFRESHED, False, "IdentityCheckFailed",
+                                   "A box holds a newer login; the provider could not confirm its account yet; "
+                                   "retrying, the current login stays in use", now, gen)
+                return KeepResult(login, status,
                                   max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
             else:
                 outcome = await self._refresh(provider, login, text, ref, now)
@@ -215,10 +223,10 @@ class LoginKeeper:
                 if outcome == "lost":                 # keep the current access token until it expires
                     return KeepResult(login, self._lost_status(login, status, ref, now, gen), far)
                 if outcome == "error":                # unavailable: keep the old login, retry later
-                    conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
-                                          "RefreshFailed", f"Login refresh failed {self.failures} time(s); "
-                                          "retrying, the current login stays in use", now, gen)
-                    return KeepResult(login, {**status, "conditions": conds},
+                    status = self._set(status, COND_LOGIN_REFRESHED, False, "RefreshFailed",
+                                       f"Login refresh failed {self.failures} time(s); retrying, the current login "
+                                       "stays in use", now, gen)
+                    return KeepResult(login, status,
                                       max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
                 assert isinstance(outcome, tuple)
                 login, text = outcome
@@ -226,17 +234,23 @@ class LoginKeeper:
             await self.propagate(provider, text, only=set(self.unsynced))
         else:
             await self._sync_stale(provider, login, text)
-        conds = status.get("conditions") or []
         if self.refreshes or self.adopted:
-            conds = set_condition(conds, COND_LOGIN_REFRESHED, True, "Refreshed",
-                                  f"Login renewed by the controller; expires {login.expires_at:%Y-%m-%d %H:%M:%S} UTC",
-                                  now, gen)
+            status = self._set(status, COND_LOGIN_REFRESHED, True, "Refreshed",
+                               f"Login renewed by the controller; expires {login.expires_at:%Y-%m-%d %H:%M:%S} UTC",
+                               now, gen)
         delay = (self._due_at(login) - self.rt.clock()).total_seconds()
         if self.unsynced:
             delay = min(delay, st.login_retry_s)
         if login.expires_at is not None:
             metrics.LOGIN_EXPIRY.labels(self.namespace, self.name).set(login.expires_at.timestamp())
-        return KeepResult(login, {**status, "conditions": conds}, max(0.5, min(delay, far)))
+        return KeepResult(login, status, max(0.5, min(delay, far)))
+
+    def _set(self, status: dict[str, Any], type_: str, ok: bool, reason: str, message: str, now: datetime,
+             gen: Any) -> dict[str, Any]:
+        """``status`` with the condition set, and the condition recorded as set by the keeper this tick."""
+        conds = set_condition(status.get("conditions") or [], type_, ok, reason, message, now, gen)
+        self._set_now[type_] = next(c for c in conds if c.get("type") == type_)
+        return {**status, "conditions": conds}
 
     async def _disconnected(self, status: dict[str, Any], ref: Any, now: datetime, gen: Any) -> dict[str, Any]:
         """The refused state, written whenever the stored status differs (level-triggered: a failed
@@ -254,7 +268,10 @@ class LoginKeeper:
         want = {"state": "Disconnected", "conditions": conds, "message": "Login refresh refused by the provider"}
         if (status.get("state") != "Disconnected" or conds != current or status.get(IN_FLIGHT_KEY)
                 or status.get("message") != want["message"]):
-            await self._patch({**want, IN_FLIGHT_KEY: None})
+            writer = self._writer()
+            writer.forget()  # level-triggered: written whenever the stored status differs, even if sent before
+            await writer.write({"state": "Disconnected", "message": want["message"], IN_FLIGHT_KEY: None},
+                               [c for c in conds if c.get("type") in (COND_LOGIN_REFRESHED, C.COND_CREDENTIALS_VALID)])
             metrics.set_subscription_state(self.namespace, self.name, "Disconnected")
         return {**status, **want, IN_FLIGHT_KEY: None}
 
@@ -273,11 +290,10 @@ class LoginKeeper:
 
     def _lost_status(self, login: Login, status: dict[str, Any], ref: Any, now: datetime, gen: Any) -> dict[str, Any]:
         until = f"{login.expires_at:%Y-%m-%d %H:%M:%S} UTC" if login.expires_at else "it expires"
-        conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False, "RefreshAnswerLost",
-                              "The answer to a login refresh was lost; its refresh token is not sent again (a "
-                              f"second use revokes every copy). The current access token works until {until}: "
-                              f"log in again and update the login Secret {ref.name!r}", now, gen)
-        return {**status, "conditions": conds}
+        return self._set(status, COND_LOGIN_REFRESHED, False, "RefreshAnswerLost",
+                         "The answer to a login refresh was lost; its refresh token is not sent again (a "
+                         f"second use revokes every copy). The current access token works until {until}: "
+                         f"log in again and update the login Secret {ref.name!r}", now, gen)
 
     def due_in(self, login: Login | None) -> float:
         """Seconds until ``login`` is due for a refresh (inf without a refresh token or expiry)."""
@@ -319,7 +335,9 @@ class LoginKeeper:
         st = self.rt.settings
         url = st.anthropic_token_url if provider == "anthropic" else st.openai_token_url
         fp = token_fingerprint(login.refresh_token)
-        await self._patch({IN_FLIGHT_KEY: f"sha256:{fp}"})   # fails: nothing sent, the tick retries
+        writer = self._writer()
+        writer.forget()  # the write-ahead mark is always sent, whatever was written before
+        await writer.write({IN_FLIGHT_KEY: f"sha256:{fp}"})   # fails: nothing sent, the tick retries
         notes: list[str] = []
         try:
             if self.session is not None:
@@ -377,7 +395,7 @@ class LoginKeeper:
         """Remove the write-ahead mark (best effort: a mark left behind names a token no longer in the
         Secret after a success, and only makes a restarted controller cautious after a failure)."""
         try:
-            await self._patch({IN_FLIGHT_KEY: None})
+            await self._writer().write({IN_FLIGHT_KEY: None})
         except Exception as exc:  # noqa: BLE001
             log.warning("Subscription %s: clearing refreshInFlight failed (%s)", self.marker, type(exc).__name__)
 
@@ -428,7 +446,7 @@ class LoginKeeper:
             self.identity_fp = fp  # the usage read reports the refused login
             return status
         if status.get("account") != ident:
-            await self._patch({"account": ident})
+            await self._writer().write({"account": ident})
             log.info("Subscription %s: account identity %s recorded", self.marker, ident)
         self.identity_fp = fp
         return {**status, "account": ident}
@@ -705,6 +723,7 @@ class LoginKeeper:
                 base["last_refresh"] = other["last_refresh"][:64]
         return json.dumps(base)
 
-    async def _patch(self, status: dict[str, Any]) -> None:
-        await self.rt.kube.patch_status(C.SUBSCRIPTION_PLURAL, self.namespace, self.name, status)
+    def _writer(self) -> StatusWriter:
+        """The Subscription's one status writer (shared with its usage reader and validation)."""
+        return subscription_writer(self.rt, self.namespace, self.name)
 
