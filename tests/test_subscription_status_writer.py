@@ -117,3 +117,19 @@ def test_no_subscription_handler_writes_status_through_kopfs_patch():
     tree = ast.parse(Path(handlers.__file__).read_text())
     attrs = {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     assert not any(a.startswith("patch.") for a in attrs)
+
+
+async def test_conditions_the_store_already_holds_cost_no_request(rt: Runtime):
+    """A writer whose conditions equal the stored ones and that has no field to write sends nothing (a
+    restarted reader that finds its conditions already stored)."""
+    cond = {"type": C.COND_USAGE_FETCHED, "status": "True", "reason": C.R_USAGE_READ, "message": "Usage read",
+            "lastTransitionTime": "2026-03-10T00:00:00Z"}
+    body = stale_body()
+    body["status"] = {"conditions": [cond]}
+    rt.kube.objects[(C.SUBSCRIPTION_PLURAL, NS, "shared")] = body  # type: ignore[attr-defined]
+    writer = subscription_writer(rt, NS, "shared")
+    writer.seen(body)
+    assert await writer.write({}, [dict(cond, lastTransitionTime="2026-03-10T01:00:00Z")]) is False
+    assert rt.kube.patches == []  # type: ignore[attr-defined]
+    assert await writer.write({}, [dict(cond, status="False", reason="Throttled")]) is True
+    assert len(rt.kube.patches) == 1  # type: ignore[attr-defined]

@@ -90,6 +90,9 @@ class StatusWriter:
                     patch["conditions"] = merged
                 else:
                     patch.pop("conditions", None)
+                    if not patch:  # the stored conditions already say it and no field to write: no request
+                        self._last = key
+                        return False
                 out = await self.kube.patch_status_at(self.plural, self.namespace, self.name, patch,
                                                       rv if "conditions" in patch else None)
                 if out is False:
