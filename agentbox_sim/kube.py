@@ -27,8 +27,11 @@ what kopf 1.45 needs (see ``notes/test-harness.md``):
   (:class:`LocalExec` runs argv as a local subprocess in a per-pod sandbox directory, with a per-pod tmux
   server).
 
-Known gaps versus a real kube-apiserver: no defaulting/pruning/CEL, strategic merge behaves as JSON merge
-patch, no authentication/RBAC/admission, no controllers other than garbage collection and namespace
+* strategic merge patches of custom resources answer 415 (a real API server has no strategic merge for
+  them); bearer-token authentication when ``bearer_tokens`` is set (401 otherwise).
+
+Known gaps versus a real kube-apiserver: no defaulting/pruning/CEL, strategic merge of built-in kinds
+behaves as JSON merge patch, no RBAC/admission, no controllers other than garbage collection and namespace
 deletion, no kubelet unless :class:`agentbox_sim.kubelet.Kubelet` is attached (otherwise tests play it
 with :meth:`KubeEmulator.set_pod_phase`), no watch bookmarks, exec without TTY.
 
@@ -329,7 +332,8 @@ class JournalEntry:
     200 as soon as a watch stream starts; 0 when the connection was cut), ``user_agent``, ``port`` (the
     emulator's listening port the request came in on: which client made it, when each client was given
     its own listener with :meth:`KubeEmulator.add_port`; 0 if unknown), ``at`` (epoch seconds when it
-    arrived)."""
+    arrived), ``peer_port`` (the client's source port: requests with the same one came over the same
+    connection; 0 if unknown)."""
 
     method: str
     path: str
@@ -339,6 +343,7 @@ class JournalEntry:
     user_agent: str = ""
     port: int = 0
     at: float = dataclasses.field(default_factory=time.time)
+    peer_port: int = 0
 
     @property
     def params(self) -> dict[str, list[str]]:
@@ -648,7 +653,9 @@ class KubeEmulator:
     Attributes: ``url`` (``http://127.0.0.1:PORT``, after :meth:`start`), ``journal`` (every request as a
     :class:`JournalEntry`), ``exec_journal`` (:class:`ExecRecord` per exec), ``server_errors`` (unexpected
     exceptions that answered 500; tests should assert it stays empty), ``discovery`` (the kmock scaffold;
-    ``discovery.resources`` is the served catalogue).
+    ``discovery.resources`` is the served catalogue), ``bearer_tokens`` (None: no authentication, the
+    default; a set of strings: every request must carry ``Authorization: Bearer <one of them>``, else 401
+    ``Unauthorized`` as a real API server answers a missing, wrong or rotated-out token).
     """
 
     def __init__(
@@ -683,6 +690,7 @@ class KubeEmulator:
         self._changed = asyncio.Event()
         self._stopping = False
         self.outage = False  # see set_outage()
+        self.bearer_tokens: set[str] | None = None  # see the attribute's doc in the class docstring
         self.partitions: dict[int, str] = {}  # listening port -> "reset" | "hang"; see partition()
         self._watch_epoch = 0  # bumped by expire_watches(): open watch streams end
         self._exec_tasks: set[asyncio.Future[tuple[bytes, bytes, int]]] = set()
@@ -1007,8 +1015,10 @@ class KubeEmulator:
     async def _serve_http(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         sockname = raw.transport.get_extra_info("sockname") if raw.transport is not None else None
         port = int(sockname[1]) if sockname else 0
+        peername = raw.transport.get_extra_info("peername") if raw.transport is not None else None
         entry = JournalEntry(raw.method, raw.path, raw.query_string,
-                             raw.headers.get("Content-Type", ""), None, raw.headers.get("User-Agent", ""), port)
+                             raw.headers.get("Content-Type", ""), None, raw.headers.get("User-Agent", ""), port,
+                             peer_port=int(peername[1]) if peername else 0)
         self.journal.append(entry)
         hung = self._cut(port) == "hang"
         while hung and not self._stopping and self._cut(port) == "hang":
@@ -1021,6 +1031,11 @@ class KubeEmulator:
                 raw.transport.abort()
             return aiohttp.web.Response(status=503)  # never delivered: the connection is gone
         try:
+            if self.bearer_tokens is not None:
+                auth = raw.headers.get("Authorization", "")
+                scheme, _, token = auth.partition(" ")
+                if scheme.lower() != "bearer" or token.strip() not in self.bearer_tokens:
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
             fault = await self._take_fault(raw)
             if fault is not None:
                 raise ApiError(fault.status, "InternalError", "injected fault (test)")
@@ -1028,6 +1043,14 @@ class KubeEmulator:
         except ApiError as exc:
             response = exc.response()
         except Exception as exc:  # a bug of the emulator: answer 500, and keep it for the test to see
+            if isinstance(exc, ConnectionResetError) and (raw.transport is None or raw.transport.is_closing()):
+                # The client went away (gave up waiting, timed out) before its answer or its exec upgrade
+                # was written ("Cannot write to closing transport"): a normal end, as a real API server
+                # sees it (one line; no 500 of its own, no traceback).
+                logger.info("client went away during %s %s", raw.method, raw.path)
+                if entry.status is None:
+                    entry.status = 0
+                return aiohttp.web.Response(status=503)  # never delivered: aiohttp drops the connection
             logger.exception("emulator failure on %s %s", raw.method, raw.path)
             self.server_errors.append(exc)
             response = ApiError(500, "InternalError", f"emulator failure: {exc!r}").response()
@@ -1372,6 +1395,11 @@ class KubeEmulator:
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
                 raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our "
                                                f"request: {exc}") from None
+        elif content_type == "application/strategic-merge-patch+json" and res in self._custom:
+            # A real API server has no strategic merge for custom resources (no patch strategy in their schema).
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                                                        "accepted media types include: application/json-patch+json, "
+                                                        "application/merge-patch+json, application/apply-patch+yaml")
         elif content_type in _MERGE_TYPES:
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")

@@ -20,8 +20,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from controller.domain.box import (
-    BLOCKING, BoxFacts, Done, InstallLogin, Memory, Observation, Performed, ReadUsage, RunJournal, SendContinue,
-    SwitchSubscription, TabView, UsageRead, decide,
+    BLOCKING, BoxFacts, Done, InstallLogin, Memory, Observation, Performed, ReadStructured, ReadUsage, RunJournal, SendContinue,
+    StructuredRead, SwitchSubscription, TabView, UsageRead, decide,
 )
 from controller.domain.podstate import ContainerView
 from controller.domain.resume import Phase, TabRecord, limit_key
@@ -34,6 +34,8 @@ NOW = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
 def _answer(action: Any) -> Any:
     if isinstance(action, ReadUsage):
         return UsageRead(Usage({"five_hour": Window("five_hour", 10.0, NOW + timedelta(hours=5))}), NOW)
+    if isinstance(action, ReadStructured):
+        return StructuredRead(None)
     if isinstance(action, (InstallLogin, SwitchSubscription)):
         return Done(True)
     if isinstance(action, SendContinue):

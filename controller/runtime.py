@@ -8,6 +8,9 @@ from typing import Any
 
 from controller.events import EventFn, ObjectRef, Recorder
 from controller.kube.objects import Kube
+from controller.service.loginload import SharedLogins
+from controller.service.podcache import WatchedPods
+from controller.service.subviews import SubscriptionViews
 from controller.settings import Clock, Settings, utcnow
 
 
@@ -29,6 +32,11 @@ class Runtime:
         wakeups: per box (namespace, name) an Event that wakes its tab watcher early.
         status_writers: per object (plural, namespace, name) its one status writer
             (:func:`controller.service.status.writer_of`), shared by every writer of that object.
+        sub_views: rotation's views of each namespace's Subscriptions, converted once per object version
+            (`controller.service.subviews.SubscriptionViews`).
+        logins: a Subscription's login loaded once for the boxes that ask at the same instant
+            (`controller.service.loginload.SharedLogins`; nothing kept after).
+        pods: the box pods as the pod watch delivered them (`controller.service.podcache.WatchedPods`).
     """
 
     settings: Settings
@@ -41,6 +49,9 @@ class Runtime:
     events: Recorder = field(default=None)  # type: ignore[assignment]
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     status_writers: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
+    logins: SharedLogins = field(default_factory=SharedLogins)
+    pods: WatchedPods = field(default_factory=WatchedPods)
 
     def __post_init__(self) -> None:
         if self.events is None:

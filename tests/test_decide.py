@@ -17,7 +17,7 @@ from controller import constants as C
 from controller.conditions import merge_conditions, set_condition
 from controller.domain.box import (
     BLOCKING, CAPTURE_NO_SESSION, CAPTURE_TOO_LARGE, CAPTURE_TRANSPORT, BoxDecision, CaptureFailure, StreamView,
-    box_facts, BoxFacts, ClearAnnotation, Done, InstallLogin, Memory, Observation, Performed, PostEvent,
+    ReadStructured, StructuredRead, box_facts, BoxFacts, ClearAnnotation, Done, InstallLogin, Memory, Observation, Performed, PostEvent,
     PressKey, PrintNotice, ReadUsage, RemoveLogin, Reserve, RunJournal, SendContinue, SwitchSubscription, TabView,
     UsageRead, decide, memory_from_status, record_to_status,
 )
@@ -76,6 +76,8 @@ def ok(action: Any) -> Any:
     """Every blocking action succeeds: usage under 100 %, logins install, keys move the screen."""
     if isinstance(action, ReadUsage):
         return UsageRead(usage(20.0), NOW)
+    if isinstance(action, ReadStructured):
+        return StructuredRead(None)
     if isinstance(action, (InstallLogin, SwitchSubscription)):
         return Done(True)
     if isinstance(action, SendContinue):
@@ -114,10 +116,8 @@ def cond(d: BoxDecision, type_: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- resume
 def test_due_tab_is_resumed_after_a_usage_read_with_its_journal_written_ahead():
     obs, mem = observe(tab(limited())), Memory(records={"main": due()})
-    first = decide(obs, mem, NOW)
-    assert not first.complete and isinstance(first.actions[-1], ReadUsage)  # the read the resume needs
-
     d, steps = run(obs, mem)
+    assert any(not s.complete and isinstance(s.actions[-1], ReadUsage) for s in steps)  # the read the resume needs
     send = next(a for a in d.actions if isinstance(a, SendContinue))
     assert send.tabs == (("main", "%main"),) and send.text == "continue"
     # The snapshot written before the keys holds the journal at its first step.
@@ -188,7 +188,8 @@ def test_limit_menu_is_answered_with_its_stop_and_wait_number_journaled():
     d, steps = run(observe(tab(det)), Memory())
     answer = next(a for a in d.actions if isinstance(a, RunJournal))
     assert answer.why == "menu" and answer.journal.action == JournalAction.ANSWER_MENU and answer.journal.text == "1"
-    assert steps[0].status.fields["tabs"][0]["journal"]["action"] == "AnswerMenu"  # type: ignore[union-attr]
+    ahead = next(s for s in steps if not s.complete and isinstance(s.actions[-1], RunJournal))
+    assert ahead.status.fields["tabs"][0]["journal"]["action"] == "AnswerMenu"  # type: ignore[union-attr]
     assert ("Normal", "AnsweredLimitMenu") in events(d)
     assert d.tab_records["main"].journal is None and d.wake_at == (NOW + timedelta(seconds=1),)
     still_open, _ = run(observe(tab(det)), d.memory, now=NOW + timedelta(seconds=2))
@@ -504,3 +505,64 @@ def test_user_patterns_that_do_not_compile_are_named_and_the_others_kept():
     assert problems[0].startswith("spec.detection.patterns[1].regex: nested quantifier")
     assert all(p.endswith(" (the pattern is ignored)") for p in problems)
     assert any(p.startswith("spec.detection.patterns[2].regex: unknown kind") for p in problems)
+
+
+# ---------------------------------------------------------------------------------------------- structured usage
+def structured(answer: StructuredRead) -> Responder:
+    return lambda a: answer if isinstance(a, ReadStructured) else ok(a)
+
+
+def reads(steps: list[BoxDecision]) -> int:
+    return sum(1 for a in steps[-1].actions if isinstance(a, ReadStructured))
+
+
+FULL = StructuredRead(usage(100.0, NOW + timedelta(hours=2)), "statusline")
+
+
+def test_structured_usage_is_read_only_when_a_tab_stopped_and_merged_into_its_detection():
+    busy, steps = run(observe(tab(WORKING)), Memory(), structured(FULL))
+    assert reads(steps) == 0 and busy.tab_records["main"].phase != Phase.RATE_LIMITED
+    d, steps = run(observe(tab(IDLE)), Memory(), structured(FULL))
+    assert ReadStructured("claude-code", NOW) in d.actions
+    rec = d.tab_records["main"]  # an idle screen on an account at 100 %: limited until the exact reset
+    assert rec.phase == Phase.RATE_LIMITED and rec.resets_at == NOW + timedelta(hours=2)
+    assert rec.detected_by == "structured:statusline"
+    # An account under 100 % changes nothing.
+    calm, _ = run(observe(tab(IDLE)), Memory(), structured(StructuredRead(usage(50.0), "statusline")))
+    assert calm.tab_records["main"].phase == Phase.IDLE
+
+
+@pytest.mark.parametrize("stream,age_s,state_changed,read_again", [
+    (LIVE, 10.0, False, False),    # live, same tabs, young: the last read is reused
+    (LIVE, 300.0, False, True),    # live, as old as stream_rescan_s: read again
+    (LIVE, 10.0, True, True),      # live, a tab's state changed (a turn ended): read again
+    (None, 10.0, False, True),     # polling: every pass reads
+    (DOWN, 10.0, False, True),     # stream down: polling
+])
+def test_structured_read_is_reused_on_the_live_stream_while_the_tabs_are_unchanged(
+        stream: StreamView | None, age_s: float, state_changed: bool, read_again: bool):
+    first, _ = run(observe(tab(IDLE), stream=stream), Memory(), structured(FULL), now=NOW - timedelta(seconds=age_s))
+    assert first.memory.structured is not None
+    later = tab(limited(None) if state_changed else IDLE)
+    mem = Memory(structured=first.memory.structured)  # only the last read, no tab records
+    d, steps = run(observe(later, stream=stream, stream_rescan_s=300.0), mem,
+                   structured(StructuredRead(None, "statusline")))
+    assert reads(steps) == (1 if read_again else 0)
+    # Reused: the last read merges again (the idle tab is limited); read again: the new (empty) read counts.
+    merged = d.tab_records["main"].detected_by == "structured:statusline"
+    assert merged is (not read_again)
+
+
+def test_a_failed_structured_read_merges_nothing_and_keeps_the_files_problems():
+    bad = StructuredRead(None, "", ("~/.claude/statusline.json: larger than 65536 bytes; ignored",))
+    first, _ = run(observe(tab(IDLE)), Memory(), structured(bad))
+    assert cond(first, C.COND_INPUT_IGNORED)["reason"] == C.R_INVALID_BOX_FILE
+    assert ("Warning", C.R_INVALID_BOX_FILE) in events(first)
+    again, _ = run(observe(tab(IDLE)), first.memory, structured(bad))
+    assert ("Warning", C.R_INVALID_BOX_FILE) not in events(again)  # one Warning per problem
+    failed, _ = run(observe(tab(IDLE)), first.memory, structured(StructuredRead(None, failed=True)))
+    assert cond(failed, C.COND_INPUT_IGNORED)["status"] == "True"  # not checked: the last problems stand
+    assert failed.memory.structured == first.memory.structured  # a failed read is not remembered
+    fixed, _ = run(observe(tab(IDLE), conditions=first.status.conditions), first.memory,  # type: ignore[union-attr]
+                   structured(StructuredRead(None)))
+    assert cond(fixed, C.COND_INPUT_IGNORED)["status"] == "False"

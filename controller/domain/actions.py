@@ -76,6 +76,16 @@ class ReadUsage:
 
 
 @dataclass(frozen=True)
+class ReadStructured:
+    """Blocking: read the agent's own machine-readable usage in the box (Claude Code's statusline input,
+    Codex's rollout `token_count` events; the sources its adapter lists), `now` the pass's instant (UTC).
+    Result: `StructuredRead`."""
+
+    agent: str
+    now: datetime
+
+
+@dataclass(frozen=True)
 class InstallLogin:
     """Blocking: install the login of `subscription` (box Secret and the agent's live file).
     Result: `Done` (ok False when its login Secret is missing or invalid). `why`: "restore" | "complete"."""
@@ -157,6 +167,23 @@ class UsageRead:
 
 
 @dataclass(frozen=True)
+class StructuredRead:
+    """Result of `ReadStructured`.
+
+    Attributes:
+        usage: the usage the files say (None: no source had any, or none counts).
+        source: the name of the source it came from ("statusline", "rollout"...), "" when none.
+        problems: one message per file that was oversized or unreadable (naming the file; InputIgnored).
+        failed: the read itself failed (exec error): nothing is known, not even the problems.
+    """
+
+    usage: Usage | None
+    source: str = ""
+    problems: tuple[str, ...] = ()
+    failed: bool = False
+
+
+@dataclass(frozen=True)
 class Performed:
     """Result of a journaled action on one tab: it moved on (`ok`), what was done, when it ended (UTC)."""
 
@@ -173,9 +200,9 @@ class Done:
     ok: bool
 
 
-Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, ReadUsage, InstallLogin,
-            SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod]
-BLOCKING = (ReadUsage, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod)
+Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, ReadUsage, ReadStructured,
+            InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod]
+BLOCKING = (ReadUsage, ReadStructured, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod)
 """Actions whose result the decision needs (`Observation.results`)."""
 JOURNALED = (SendContinue, RunJournal)
 """Actions whose tab journals are written to status before their first key."""

@@ -32,8 +32,8 @@ from controller import constants as C
 from controller.conditions import rfc3339, set_condition
 from controller.domain.actions import (  # noqa: F401 - the action types are part of this module's interface
     BLOCKING, JOURNALED, Act, ClearAnnotation, Count, CreatePod, DeletePod, Done, InstallLogin, PodCreated,
-    Performed, PostEvent, PressKey, PrintNotice, ReadUsage, RemoveLogin, RunJournal, SendContinue,
-    SwitchSubscription, UsageRead,
+    Performed, PostEvent, PressKey, PrintNotice, ReadStructured, ReadUsage, RemoveLogin, RunJournal, SendContinue,
+    StructuredRead, SwitchSubscription, UsageRead,
 )
 from controller.domain.podheal import decide_pod
 from controller.domain.podstate import ContainerView
@@ -42,7 +42,7 @@ from controller.domain.resume import (
     limit_key, next_pass_in, plan_tab, recovery_step, stall_plan, start_journal, usage_verdict,
 )
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
-from controller.domain.signals import last_lines
+from controller.domain.signals import last_lines, merge
 from controller.domain.types import Detection, LimitKind, TabState, plausible_reset
 from controller.redact import STATUS_MESSAGE_MAX, bounded
 
@@ -71,7 +71,7 @@ class TabView:
         pane: tmux pane id ("%3") the keys go to.
         at_shell: the pane's foreground process is a shell (no agent runs).
         screen: the captured screen (untrusted text; only hashed and cut to its last lines here).
-        detection: what the screen (and the agent's structured files) say.
+        detection: what the screen says (`decide` merges the agent's structured usage into it).
         last_input_at: last time a human typed in the tab (UTC), or None.
     """
 
@@ -299,6 +299,8 @@ class Memory:
         out_of_date: PodOutOfDate message while the pod predates spec.template, else None.
         replacing: (Ready reason, message) of the ended pod being replaced (said until the new one exists).
         stream_warned: uid of the pod whose unusable stream was reported (one Warning per pod).
+        structured: the last structured read: (the tabs' (name, state, kind, limit) digest it was read
+            for, the instant it was read (UTC), its result); reused on a live stream (`_structured`).
         loaded: the memory was rebuilt from status (a restarted controller starts from status).
     """
 
@@ -321,6 +323,7 @@ class Memory:
     out_of_date: str | None = None
     replacing: tuple[str, str] | None = None
     stream_warned: str | None = None
+    structured: tuple[tuple[Any, ...], datetime, StructuredRead] | None = None
     loaded: bool = False
 
 
@@ -650,6 +653,9 @@ def _decide(p: _Pass) -> BoxStatus | None:
         return None
     p.mem = replace(p.mem, output_problem=None, tab_ids={**p.mem.tab_ids, **{t.name: t.id for t in obs.tabs}})
     p.tabs_decided = True
+    _structured(p)
+    obs = p.obs  # the tabs with the structured usage merged into their detections
+    assert obs.tabs is not None
 
     annotations = _annotations(p)
     dets = {t.name: t.detection for t in obs.tabs}
@@ -671,6 +677,39 @@ def _decide(p: _Pass) -> BoxStatus | None:
 def _watched_status(p: _Pass) -> BoxStatus:
     problem = (C.R_SUBSCRIPTION_NOT_FOUND, p.mem.sub_problem) if p.mem.sub_problem else None
     return _tabs_status(p, p.obs, problem=problem)
+
+
+# ---------------------------------------------------------------------------- structured usage
+_STOPPED = (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN)
+
+
+def _structured(p: _Pass) -> None:
+    """Merge the agent's own machine-readable usage into the screen detections (`signals.merge`).
+
+    Read only when some tab is not visibly busy (rate limited, idle or unrecognised). On the live stream
+    the last read is reused while the tabs' (state, kind, limit) are those it was read for and it is younger
+    than `stream_rescan_s` (the agents write these files when a turn ends, which changes a state); polling
+    reads every pass. A failed read merges nothing and leaves the files' last problems standing."""
+    tabs = p.obs.tabs or ()
+    if not any(t.detection.state in _STOPPED for t in tabs):
+        return
+    key = tuple(sorted((t.name, t.detection.state.value, t.detection.kind.value if t.detection.kind else None,
+                        limit_key(t.detection) if t.detection.state == TabState.RATE_LIMITED else None)
+                       for t in tabs))
+    seen = p.mem.structured
+    live = p.obs.stream is not None and p.obs.stream.connected
+    if live and seen is not None and seen[0] == key and (p.now - seen[1]).total_seconds() < p.obs.stream_rescan_s:
+        read = seen[2]
+    else:
+        read = p.ask(ReadStructured(p.obs.box.agent, p.now))
+        if read.failed:
+            return
+        p.mem = replace(p.mem, structured=(key, p.now, read))
+    p.ignore("files", C.R_INVALID_BOX_FILE, read.problems)
+    if read.usage is None:
+        return
+    usage, source = read.usage, read.source
+    p.obs = replace(p.obs, tabs=tuple(replace(t, detection=merge(t.detection, usage, source, p.now)) for t in tabs))
 
 
 # ---------------------------------------------------------------------------- the pod

@@ -74,8 +74,11 @@ async def asked(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
                                                                   C.LABEL_MANAGED_BY: C.MANAGER_NAME},
                registry=REGISTRY)
 async def box_pod_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A box pod was deleted, is being deleted, or ended (evicted, failed): wake its box's tab watcher now
-    (it heals the pod and updates Ready) instead of at its next scan. Only wakes; never acts on the pod."""
+    """Keep the pod's latest body for its watcher (`Runtime.pods`: a pass on the live stream reads its pod
+    from there instead of a GET). A box pod was deleted, is being deleted, or ended (evicted, failed): wake
+    its box's tab watcher now (it heals the pod and updates Ready) instead of at its next scan. Only
+    records and wakes; never acts on the pod."""
+    memo.runtime.pods.observe(event.get("type"), event.get("object"))
     box = (body.metadata.labels or {}).get(C.LABEL_BOX)
     phase = (body.get("status") or {}).get("phase")
     gone = event.get("type") == "DELETED" or body.metadata.deletion_timestamp or phase in ("Failed", "Succeeded")

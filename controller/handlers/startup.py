@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
-import asyncio
 import logging
 from typing import Any
 
@@ -13,8 +11,9 @@ from controller.handlers.registry import REGISTRY
 
 from controller import constants as C
 from controller.kube.aexec import AsyncExec
-from controller.kube.cluster import api_client
+from controller.kube.cluster import load_configuration
 from controller.kube.objects import Kube
+from controller.kube.rest import Rest
 from controller.runtime import Runtime
 from controller.settings import Settings, utcnow
 
@@ -35,17 +34,17 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 270
     settings.networking.request_timeout = 60
-    # Exec and status calls run in threads; the default pool (cores + 4) is too small for many tabs.
-    asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=64))
 
     ops: Settings = getattr(memo, "settings", None) or Settings.from_env()
-    api = api_client(getattr(memo, "kubeconfig", None))
+    cfg = load_configuration(getattr(memo, "kubeconfig", None))
     from controller.providers.readers import UsageCache, UsageReader
 
     reader = UsageReader(anthropic_base_url=ops.anthropic_base_url, openai_base_url=ops.openai_base_url)
     exec_override = getattr(memo, "exec", None)
-    # Exec runs on the event loop over one connection pool (controller.kube.aexec says why aiohttp).
-    aexec = memo.aexec = AsyncExec(api.configuration)
+    # Every API request runs on the event loop over ONE session (one connection pool): the REST calls
+    # (controller.kube.rest) and the exec streams (controller.kube.aexec says why aiohttp).
+    rest = memo.rest = Rest(cfg)
+    aexec = memo.aexec = AsyncExec(cfg, session=rest.session)
 
     async def run_exec(namespace: str, pod: str, container: str, argv: list[str], stdin: str | None = None):
         return await aexec.run(namespace, pod, container, argv, stdin=stdin, timeout=ops.exec_timeout_s,
@@ -57,7 +56,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
 
     notifier = getattr(memo, "notifier", None) or Notifier.from_env()
     clock = getattr(memo, "clock", None) or utcnow
-    kube = Kube(api)
+    kube = Kube(rest)
     async def open_exec(namespace: str, pod: str, container: str, argv: list[str]):
         return await aexec.open(namespace, pod, container, argv, connect_timeout=ops.exec_timeout_s)
 
@@ -78,7 +77,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
 
 @kopf.on.cleanup(registry=REGISTRY)
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    """Close the HTTP session of the usage reader."""
+    """Close the HTTP sessions: the usage reader's, the Kubernetes API's (REST and exec), the notifier's."""
     reader = getattr(memo, "reader", None)
     if reader is not None:
         await reader.close()
@@ -90,3 +89,6 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await runtime.events.aclose()
     if runtime is not None and runtime.notifier is not None:
         await runtime.notifier.aclose()
+    rest = getattr(memo, "rest", None)
+    if rest is not None:  # last: the Event recorder above may still write
+        await rest.aclose()

@@ -150,13 +150,18 @@ class AsyncExec:
     Args:
         configuration: a ``kubernetes.client.Configuration`` (host, credentials, TLS).
         limit: most simultaneous connections of the pool (one-shot calls and long-lived streams).
+        session: a function returning the process's shared session (``controller.kube.rest.Rest.session``:
+            exec and REST then share one connection pool, and its owner closes it); without it, a session of
+            its own is opened on first use.
     Attributes:
         calls: one-shot commands run; ``opened``: streams opened; ``open_streams``: streams open now.
     """
 
-    def __init__(self, configuration: Any, *, limit: int = 0) -> None:
+    def __init__(self, configuration: Any, *, limit: int = 0,
+                 session: Callable[[], aiohttp.ClientSession] | None = None) -> None:
         self.cfg = configuration
         self.limit = limit
+        self._shared = session
         self._session: aiohttp.ClientSession | None = None
         self.calls = 0
         self.opened = 0
@@ -178,6 +183,8 @@ class AsyncExec:
                 + urlencode(query))
 
     def _sess(self) -> aiohttp.ClientSession:
+        if self._shared is not None:
+            return self._shared()
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self.limit, ssl=_ssl_context(self.cfg))
             self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": USER_AGENT})

@@ -25,10 +25,11 @@ class ClusterError(Exception):
         self.kind = kind
 
 
-def api_client(kubeconfig: str | None = None, pool_size: int = 64) -> Any:
-    """The operator's ``kubernetes.client.ApiClient``: in-cluster service account, else ``kubeconfig`` or
-    $KUBECONFIG. Its connection pool holds ``pool_size`` connections, matching the worker threads (the
-    client's default of 10 makes urllib3 discard connections under load).
+def load_configuration(kubeconfig: str | None = None) -> Any:
+    """The operator's ``kubernetes.client.Configuration``: in-cluster service account (its token file
+    re-read once a minute by the refresh hook ``load_incluster_config`` installs), else ``kubeconfig`` or
+    $KUBECONFIG (exec and OIDC credentials renewed by their hook when they expire). Requests go through
+    :class:`controller.kube.rest.Rest` and :class:`controller.kube.aexec.AsyncExec`, which read it.
 
     Raises:
         kubernetes.config.ConfigException: neither in a pod nor a usable kubeconfig.
@@ -40,8 +41,7 @@ def api_client(kubeconfig: str | None = None, pool_size: int = 64) -> Any:
         config.load_incluster_config(client_configuration=cfg)
     except config.ConfigException:
         config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"), client_configuration=cfg)
-    cfg.connection_pool_maxsize = pool_size
-    return client.ApiClient(cfg)
+    return cfg
 
 
 def load_default_config() -> None:

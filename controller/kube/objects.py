@@ -1,7 +1,7 @@
 """Thin Kubernetes IO: pure builders for the box's children, and reads/writes over the client.
 
 Reads return None on 404; creates treat 409 as "exists"; Secrets are written only when their
-content differs. Sync client calls run in threads (`asyncio.to_thread`).
+content differs. Requests run on the event loop over one connection pool (:mod:`controller.kube.rest`).
 """
 
 from __future__ import annotations
@@ -9,13 +9,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import json
 from typing import Any, Awaitable, Callable
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from controller import constants as C
+from controller.kube.rest import MERGE_PATCH, KubeApiError, Rest, path_of
 
 
 def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
@@ -206,11 +203,12 @@ def box_container(pod_spec: dict[str, Any], wanted: str | None) -> str | None:
 class FreshRead:
     """Concurrent callers of one read share it, and each still gets a result read AFTER it asked.
 
-    A caller arriving while no read is in flight starts one; a caller arriving while one is in flight
-    (it may have started before the caller asked, so it may predate a write the caller saw) waits for the
-    NEXT read, which starts when the current one ends and is shared by every caller queued meanwhile. So
-    N simultaneous callers cost at most two reads, and no caller gets an answer older than its call:
-    the same guarantee as each doing its own read.
+    A caller arriving while no read is in flight starts one; a caller arriving before that read has
+    started (the same event-loop turn: callers woken together) joins it; a caller arriving while one is
+    in flight (it may have started before the caller asked, so it may predate a write the caller saw)
+    waits for the NEXT read, which starts when the current one ends and is shared by every caller queued
+    meanwhile. So N simultaneous callers cost one read, N callers arriving over time at most two, and no
+    caller gets an answer older than its call: the same guarantee as each doing its own read.
 
     Args:
         fetch: the read (``await fetch()``); its errors reach every caller of that read.
@@ -220,6 +218,7 @@ class FreshRead:
         self._fetch = fetch
         self._current: asyncio.Future[Any] | None = None
         self._queued: asyncio.Future[Any] | None = None
+        self._started = False  # the current read has called fetch (it may predate a new caller)
         self.reads = 0
 
     async def get(self) -> Any:
@@ -227,7 +226,10 @@ class FreshRead:
         loop = asyncio.get_running_loop()
         if self._current is None:
             fut = self._current = loop.create_future()
+            self._started = False
             asyncio.ensure_future(self._drive(fut))
+        elif not self._started:
+            fut = self._current  # not started yet: it starts after this call, so it may be shared
         else:
             if self._queued is None:
                 self._queued = loop.create_future()
@@ -237,6 +239,7 @@ class FreshRead:
     async def _drive(self, fut: asyncio.Future[Any]) -> None:
         while True:
             self.reads += 1
+            self._started = True
             try:
                 fut.set_result(await self._fetch())
             except Exception as exc:  # noqa: BLE001 - handed to every caller of this read
@@ -250,41 +253,52 @@ class FreshRead:
 
 
 class Kube:
-    """The operator's Kubernetes client (official client, called in threads)."""
+    """The operator's Kubernetes reads and writes, on the event loop over :class:`controller.kube.rest.Rest`
+    (one session, one connection pool; JSON in, dicts out).
 
-    def __init__(self, api_client: client.ApiClient) -> None:
-        self.api_client = api_client
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
+    Args:
+        rest: the process's REST transport.
+    Errors: every method raises :class:`controller.kube.rest.KubeApiError` for answers it does not turn into
+    a result (documented per method: a 404 is ``None``/``False`` where a read or a delete says so, a 409 is
+    ``False`` where a compare-then-write says so); its message holds no credential.
+    """
+
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
         self._shared_lists: dict[tuple[str, str], FreshRead] = {}
 
+    # ------------------------------------------------------------------ paths
     @staticmethod
-    def _read_raw(read: Any, name: str, namespace: str) -> dict[str, Any]:
-        """`read(name, namespace)` of the official client as the API server's JSON, as a dict.
+    def _core(namespace: str, plural: str, name: str | None = None) -> str:
+        return path_of("api", "v1", "namespaces", namespace, plural, *((name,) if name is not None else ()))
 
-        The client's model deserialization (V1Pod and the like, then back to a dict) cost more CPU than
-        the rest of a watcher pass at scale (bench/scale.py); the JSON is the same object.
+    @staticmethod
+    def _ours(namespace: str, plural: str, name: str | None = None, *sub: str) -> str:
+        return path_of("apis", C.GROUP, C.VERSION, "namespaces", namespace, plural,
+                       *((name, *sub) if name is not None else ()))
+
+    async def _object(self, method: str, path: str, **kwargs: Any) -> dict[str, Any] | None:
+        """``rest.request`` whose answer must be a JSON object (None only where ``missing_ok`` allowed it).
 
         Raises:
-            ApiException: as `read` (404 included); ValueError when the body is not a JSON object.
+            KubeApiError: as :meth:`Rest.request`; reason ``BadResponse`` when the answer is not an object.
         """
-        resp = read(name, namespace, _preload_content=False)
-        try:
-            body = json.loads(resp.data)
-        finally:
-            resp.release_conn()
-        if not isinstance(body, dict):
-            raise ValueError("the API server answered with something else than an object")
-        return body
+        out = await self.rest.request(method, path, **kwargs)
+        if out is None and kwargs.get("missing_ok"):
+            return None
+        if not isinstance(out, dict):
+            raise KubeApiError(method, path, 200, "BadResponse")
+        return out
+
+    # ------------------------------------------------------------------ Secrets
+    async def _read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self._object("GET", self._core(namespace, "secrets", name), missing_ok=True)
 
     async def get_secret_value(self, namespace: str, name: str, key: str) -> tuple[bool, str | None]:
         """(secret exists, decoded value of `key` or None)."""
-        try:
-            sec = await asyncio.to_thread(self._read_raw, self.core.read_namespaced_secret, name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False, None
-            raise
+        sec = await self._read_secret(namespace, name)
+        if sec is None:
+            return False, None
         data = sec.get("data") or {}
         if key not in data:
             return True, None
@@ -301,46 +315,50 @@ class Kube:
         """
         ns, name = secret["metadata"]["namespace"], secret["metadata"]["name"]
         owner_uid, owner_name = _controller_uid(secret)
-        try:
-            current = await asyncio.to_thread(self.core.read_namespaced_secret, name, ns)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        current = await self._read_secret(ns, name)
+        if current is None:
             try:
-                await asyncio.to_thread(self.core.create_namespaced_secret, ns, secret)
+                await self.rest.request("POST", self._core(ns, "secrets"), body=secret)
                 return "created"
-            except ApiException as exc2:
-                if exc2.status != 409:
+            except KubeApiError as exc:
+                if exc.status != 409:
                     raise
-                current = await asyncio.to_thread(self.core.read_namespaced_secret, name, ns)
+            current = await self._read_secret(ns, name)
+            if current is None:  # created and deleted meanwhile: the next pass creates it
+                raise KubeApiError("GET", self._core(ns, "secrets", name), 404, "NotFound")
         if owner_uid is not None:
-            require_owned(self.api_client.sanitize_for_serialization(current), owner_uid, "Secret", owner_name)
-            if (current.type or "Opaque") != secret.get("type", "Opaque"):
+            require_owned(current, owner_uid, "Secret", owner_name)
+            if (current.get("type") or "Opaque") != secret.get("type", "Opaque"):
                 # Someone who may create Secrets can put the box's UID in an ownerReference; a Secret of
                 # another type (a service-account token, say) is still not one the controller made.
-                raise NotOwned("Secret", name, owner_name, f"type {current.type!r}, not {secret.get('type', 'Opaque')!r}")
-        if (current.data or {}) == secret["data"]:
+                raise NotOwned("Secret", name, owner_name,
+                               f"type {current.get('type')!r}, not {secret.get('type', 'Opaque')!r}")
+        if (current.get("data") or {}) == secret["data"]:
             return "unchanged"
-        await asyncio.to_thread(self.core.patch_namespaced_secret, name, ns,
-                                {"data": secret["data"]}, _content_type="application/merge-patch+json")
+        await self.patch_secret_data(ns, name, secret["data"])
         return "updated"
 
+    async def patch_secret_data(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        """Merge-patch ``data`` of a Secret: the keys given (base64 values) are replaced, others kept.
+
+        Raises:
+            KubeApiError: 404 when the Secret is absent, and any other failure.
+        """
+        await self.rest.request("PATCH", self._core(namespace, "secrets", name), body={"data": data},
+                                content_type=MERGE_PATCH)
+
+    # ------------------------------------------------------------------ Pods
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod as a dict, or None."""
-        try:
-            return await asyncio.to_thread(self._read_raw, self.core.read_namespaced_pod, name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return await self._object("GET", self._core(namespace, "pods", name), missing_ok=True)
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         """Delete the pod `name` only if it is still the object with `uid` (a precondition: a pod re-created
         meanwhile under the same name is never deleted). Returns False when it is already gone or replaced."""
-        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
         try:
-            await asyncio.to_thread(self.core.delete_namespaced_pod, name, namespace, body=body)
-        except ApiException as exc:
+            await self.rest.request("DELETE", self._core(namespace, "pods", name),
+                                    body={"preconditions": {"uid": uid}})
+        except KubeApiError as exc:
             if exc.status in (404, 409):
                 return False
             raise
@@ -358,9 +376,9 @@ class Kube:
         current = await self.get_pod(ns, name)
         if current is None:
             try:
-                await asyncio.to_thread(self.core.create_namespaced_pod, ns, pod)
+                await self.rest.request("POST", self._core(ns, "pods"), body=pod)
                 return "created"
-            except ApiException as exc:
+            except KubeApiError as exc:
                 if exc.status != 409:
                     raise
                 current = await self.get_pod(ns, name)
@@ -379,21 +397,15 @@ class Kube:
         pod = await self.get_pod(namespace, name)
         return None if pod is None else require_owned(pod, uid, "Pod", box)
 
+    # ------------------------------------------------------------------ our custom objects
     async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         """One of our custom objects, or None."""
-        try:
-            return await asyncio.to_thread(self.custom.get_namespaced_custom_object,
-                                           C.GROUP, C.VERSION, namespace, plural, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return await self._object("GET", self._ours(namespace, plural, name), missing_ok=True)
 
     async def list_custom(self, plural: str, namespace: str) -> list[dict[str, Any]]:
         """All our custom objects of a kind in a namespace."""
-        result = await asyncio.to_thread(self.custom.list_namespaced_custom_object,
-                                         C.GROUP, C.VERSION, namespace, plural)
-        return list(result.get("items") or [])
+        result = await self._object("GET", self._ours(namespace, plural))
+        return list((result or {}).get("items") or [])
 
     async def list_custom_shared(self, plural: str, namespace: str) -> list[dict[str, Any]]:
         """As :meth:`list_custom`, but simultaneous callers share the LIST (:class:`FreshRead`: every caller
@@ -407,13 +419,10 @@ class Kube:
         return list(await shared.get())
 
     async def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Merge-patch the status subresource (lists in `status` replace the stored lists)."""
-        try:
-            await asyncio.to_thread(self.custom.patch_namespaced_custom_object_status,
-                                    C.GROUP, C.VERSION, namespace, plural, name, {"status": status})
-        except ApiException as exc:
-            if exc.status != 404:  # deleted meanwhile: nothing to record
-                raise
+        """Merge-patch the status subresource (lists in `status` replace the stored lists); an object
+        deleted meanwhile (404) is ignored."""
+        await self.rest.request("PATCH", self._ours(namespace, plural, name, "status"), body={"status": status},
+                                content_type=MERGE_PATCH, missing_ok=True)
 
     async def patch_status_at(self, plural: str, namespace: str, name: str, status: dict[str, Any],
                               resource_version: str | None) -> dict[str, Any] | bool:
@@ -428,28 +437,29 @@ class Kube:
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            out = await asyncio.to_thread(self.custom.patch_namespaced_custom_object_status,
-                                          C.GROUP, C.VERSION, namespace, plural, name, body)
-        except ApiException as exc:
+            out = await self.rest.request("PATCH", self._ours(namespace, plural, name, "status"), body=body,
+                                          content_type=MERGE_PATCH, missing_ok=True)
+        except KubeApiError as exc:
             if exc.status == 409:
                 return False
-            if exc.status != 404:  # deleted meanwhile: nothing to record
-                raise
-            return True
+            raise
         return out if isinstance(out, dict) else True
 
     async def patch_annotations(self, plural: str, namespace: str, name: str, annotations: dict[str, Any]) -> None:
-        """Merge-patch metadata.annotations (a None value removes the key)."""
-        await asyncio.to_thread(self.custom.patch_namespaced_custom_object,
-                                C.GROUP, C.VERSION, namespace, plural, name,
-                                {"metadata": {"annotations": annotations}})
+        """Merge-patch metadata.annotations (a None value removes the key).
+
+        Raises:
+            KubeApiError: 404 when the object is gone, and any other failure.
+        """
+        await self.rest.request("PATCH", self._ours(namespace, plural, name),
+                                body={"metadata": {"annotations": annotations}}, content_type=MERGE_PATCH)
 
     # ------------------------------------------------------------------ Events (controller.events.Recorder)
     async def create_event(self, namespace: str, body: dict[str, Any]) -> bool:
         """Create a core/v1 Event; False when an Event of that name exists (409)."""
         try:
-            await asyncio.to_thread(self.core.create_namespaced_event, namespace, body)
-        except ApiException as exc:
+            await self.rest.request("POST", self._core(namespace, "events"), body=body)
+        except KubeApiError as exc:
             if exc.status == 409:
                 return False
             raise
@@ -457,19 +467,12 @@ class Kube:
 
     async def read_event_count(self, namespace: str, name: str) -> int | None:
         """`count` of a stored Event (None when absent)."""
-        try:
-            event = await asyncio.to_thread(self.core.read_namespaced_event, name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return int(event.count or 0)
+        event = await self._object("GET", self._core(namespace, "events", name), missing_ok=True)
+        if event is None:
+            return None
+        return int(event.get("count") or 0)
 
     async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """Merge-patch an Event (count, lastTimestamp); a deleted Event (TTL) is ignored."""
-        try:
-            await asyncio.to_thread(self.core.patch_namespaced_event, name, namespace, patch,
-                                    _content_type="application/merge-patch+json")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await self.rest.request("PATCH", self._core(namespace, "events", name), body=patch,
+                                content_type=MERGE_PATCH, missing_ok=True)

@@ -22,12 +22,11 @@ from controller import metrics
 from controller.conditions import rfc3339
 from controller.domain.box import (
     BLOCKING, JOURNALED, Act, BoxDecision, BoxStatus, ClearAnnotation, Count, CreatePod, DeletePod, Done,
-    InstallLogin, PodCreated, Performed, PostEvent, PressKey, PrintNotice, ReadUsage, RemoveLogin, RunJournal,
-    SendContinue, SwitchSubscription, UsageRead, record_to_status,
+    InstallLogin, PodCreated, Performed, PostEvent, PressKey, PrintNotice, ReadStructured, ReadUsage, RemoveLogin,
+    RunJournal, SendContinue, StructuredRead, SwitchSubscription, UsageRead, record_to_status,
 )
 from controller.domain.resume import Journal, JournalAction, Step, TabRecord
 from controller.kube.objects import make_box_secret
-from controller.service.loginload import load_login_of
 from controller.redact import bounded
 from controller.service import boxfiles
 from controller.terminal import tmux
@@ -139,6 +138,8 @@ class Executor:
     async def _blocking(self, action: Act) -> Any:
         if isinstance(action, ReadUsage):
             return UsageRead(await self._usage(action), self.rt.clock())
+        if isinstance(action, ReadStructured):
+            return await self._structured(action)
         if isinstance(action, InstallLogin):
             return await self._install(action)
         if isinstance(action, SwitchSubscription):
@@ -182,8 +183,9 @@ class Executor:
     # ------------------------------------------------------------------ logins and usage
     async def _login(self, subscription: str) -> tuple[str, str, Any] | None:
         """(provider, login file text, parsed Login) of a subscription; None when unusable
-        (:func:`controller.service.loginload.load_login_of`)."""
-        loaded = await load_login_of(self.rt.kube, self.namespace, subscription)
+        (:func:`controller.service.loginload.load_login_of`; simultaneous loads of one subscription by
+        several boxes share one read started after each asked: `SharedLogins`)."""
+        loaded = await self.rt.logins.load(self.rt.kube, self.namespace, subscription)
         if not loaded.usable:
             return None
         return loaded.provider, loaded.text or "", loaded.login
@@ -209,6 +211,16 @@ class Executor:
             metrics.USAGE_READS.labels(provider, "error").inc()
             log.info("Box %s/%s: usage read failed (%s)", self.namespace, self.name, type(exc).__name__)
             return None
+
+    async def _structured(self, action: ReadStructured) -> StructuredRead:
+        """The agent's structured usage files (`boxfiles.read_structured`); a failed exec is `failed`."""
+        problems: list[str] = []
+        try:
+            usage, source = await boxfiles.read_structured(self.term.exec_fn, action.agent, action.now, problems)
+        except Exception as exc:  # noqa: BLE001 - no structured data is a normal case
+            log.debug("Box %s/%s: no structured usage (%s)", self.namespace, self.name, type(exc).__name__)
+            return StructuredRead(None, failed=True)
+        return StructuredRead(usage, source, tuple(problems))
 
     async def _install(self, action: InstallLogin) -> Done:
         login = await self._login(action.subscription)

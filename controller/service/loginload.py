@@ -134,3 +134,39 @@ def parse_held_login(provider: str, text: str | None) -> Login | None:
         return parse_login(provider, text)
     except InvalidLogin:
         return None
+
+
+class SharedLogins:
+    """:func:`load_login_of` where simultaneous loads of one Subscription share ONE read.
+
+    A reset wakes every box of a subscription at the same instant, and each box's usage re-read needs
+    the subscription's login (a GET of the Subscription and one of its Secret): a thousand boxes on a
+    hundred subscriptions made two thousand GETs for a hundred logins. Here the loads of one
+    ``(namespace, name)`` go through a :class:`controller.kube.objects.FreshRead`: every caller still
+    gets a login read AFTER it asked (never an older answer than its own read would have been), and N
+    simultaneous callers cost at most two reads. Nothing is kept once the callers have their answer: the
+    login (a credential) is not cached beyond the read they shared.
+    """
+
+    def __init__(self) -> None:
+        self._reads: dict[tuple[str, str], list[Any]] = {}  # key -> [FreshRead, callers waiting]
+        self.reads = 0
+
+    async def load(self, kube: Any, namespace: str, name: str) -> LoadedLogin:
+        """As :func:`load_login_of` (same result and errors), shared with simultaneous callers."""
+        from controller.kube.objects import FreshRead
+
+        key = (namespace, name)
+        entry = self._reads.get(key)
+        if entry is None:
+            async def fetch() -> LoadedLogin:
+                self.reads += 1
+                return await load_login_of(kube, namespace, name)
+            entry = self._reads[key] = [FreshRead(fetch), 0]
+        entry[1] += 1
+        try:
+            return await entry[0].get()
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0 and self._reads.get(key) is entry:
+                del self._reads[key]

@@ -492,12 +492,10 @@ class LoginKeeper:
 
     async def _store(self, ref: Any, text: str) -> None:
         """Write the login into the Subscription's Secret key (other keys untouched), retrying a few times."""
-        core = self.rt.kube.core
-        body = {"data": {ref.key: base64.b64encode(text.encode()).decode()}}
+        data = {ref.key: base64.b64encode(text.encode()).decode()}
         for attempt in range(5):
             try:
-                await asyncio.to_thread(core.patch_namespaced_secret, ref.name, self.namespace, body,
-                                        _content_type="application/merge-patch+json")
+                await self.rt.kube.patch_secret_data(self.namespace, ref.name, data)
                 return
             except Exception as exc:  # noqa: BLE001 - the boxes still get it; retried below
                 log.warning("Subscription %s: storing the login failed (%s)", self.marker, type(exc).__name__)
