@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle", type=float, default=300.0, help="seconds of the idle window (default 300)")
     p.add_argument("--bursts", type=int, default=2, help="groups of subscriptions limited together (default 2)")
     p.add_argument("--timeout", type=float, default=120.0, help="give up this long after the last reset")
-    p.add_argument("--margin", type=float, default=Settings().resume_margin_s,
+    p.add_argument("--margin", type=float, default=bench_settings("default").resume_margin_s,
                    help="settings.resume_margin_s: seconds after a reset before `continue` is sent "
                         "(default: the product default, %(default)s)")
     mode = p.add_mutually_exclusive_group()
