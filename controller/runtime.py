@@ -31,6 +31,8 @@ class Runtime:
         events: the one Event poster (deduplicated; also the webhook and the metric). The default
             only counts (no API writes); the operator's startup gives it the Kubernetes client.
         wakeups: per box (namespace, name) an Event that wakes its tab watcher early.
+        status_writers: per object (plural, namespace, name) its one status writer
+            (:func:`controller.service.status.writer_of`), shared by every writer of that object.
         sub_views: rotation's views of each namespace's Subscriptions, converted once per object version
             (`controller.service.subviews.SubscriptionViews`).
         logins: a Subscription's login loaded once for the boxes that ask at the same instant
@@ -49,6 +51,7 @@ class Runtime:
     clock: Clock = utcnow
     events: Recorder = field(default=None)  # type: ignore[assignment]
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    status_writers: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
     logins: SharedLogins = field(default_factory=SharedLogins)
     pods: WatchedPods = field(default_factory=WatchedPods)
