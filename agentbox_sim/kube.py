@@ -1043,6 +1043,14 @@ class KubeEmulator:
         except ApiError as exc:
             response = exc.response()
         except Exception as exc:  # a bug of the emulator: answer 500, and keep it for the test to see
+            if isinstance(exc, ConnectionResetError) and (raw.transport is None or raw.transport.is_closing()):
+                # The client went away (gave up waiting, timed out) before its answer or its exec upgrade
+                # was written ("Cannot write to closing transport"): a normal end, as a real API server
+                # sees it (one line; no 500 of its own, no traceback).
+                logger.info("client went away during %s %s", raw.method, raw.path)
+                if entry.status is None:
+                    entry.status = 0
+                return aiohttp.web.Response(status=503)  # never delivered: aiohttp drops the connection
             logger.exception("emulator failure on %s %s", raw.method, raw.path)
             self.server_errors.append(exc)
             response = ApiError(500, "InternalError", f"emulator failure: {exc!r}").response()

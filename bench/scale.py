@@ -14,7 +14,8 @@ Phases:
 3. bursts: the subscriptions are split into `--bursts` groups; group g's boxes print their limit line at
    the same moment, with a reset on the minute boundary g+1 minutes later (Claude prints minute-rounded
    resets; the provider's window resets at that instant). Resume lag = (continue received - reset) -
-   `resume_margin_s`, per box.
+   `resume_margin_s` (`--margin`, default the product default, 10 s), per box; also reported per burst
+   (`resume_lag_by_burst`: tabs of that reset instant, p50, p99, max).
 
 The operator runs as its own OS process (`python -m controller run`, as in a cluster, PR_SET_PDEATHSIG),
 so it does not share a GIL with the API server and provider emulators (this process): `cpu_idle_cores` is
@@ -27,7 +28,7 @@ Final line: JSON with `boxes`, `subscriptions`, `tmux_stream`, `idle_s`, `idle_e
 `cpu_idle_cores`, `resume_lag_p99_s` and more.
 
 Usage: .venv/bin/python bench/scale.py [--boxes 1000] [--subscriptions 100] [--idle 300] [--bursts 2]
-       [--stream | --polling]
+       [--margin 10] [--stream | --polling]
 """
 
 from __future__ import annotations
@@ -53,15 +54,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from controller.settings import Settings  # noqa: E402
+from agentbox_sim.bench_settings import bench_settings  # noqa: E402
 from agentbox_sim.fake_agent import claude_clock  # noqa: E402
 from agentbox_sim.world import TabSpec, World, claude_login  # noqa: E402
 
-SETTINGS = Settings(
-    scan_interval_s=5.0, resume_margin_s=1.0, human_idle_s=4.0, auto_continue_grace_s=6.0, settle_s=4.0,
-    max_attempts=3, unknown_reset_recheck_s=5.0, send_pause_s=0.15, verify_timeout_s=4.0, restart_timeout_s=15.0,
-    usage_interval_s=300.0, usage_max_age_s=2.0, exec_timeout_s=10.0, metrics_port=0,
-)
+SETTINGS = bench_settings(usage_interval_s=300.0)
 
 AGENT = r"""#!/bin/bash
 # A light Claude-Code-like tab: $1 the FIFO that brings the reset clock, $2 the log of what was typed.
@@ -85,6 +82,10 @@ def pct(values: list[float], q: float) -> float | None:
         return None
     s = sorted(values)
     return s[max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))]
+
+
+def _r(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
 
 
 def rss_mib() -> float:
@@ -159,7 +160,8 @@ def controller_requests(world: World, start: int, end: int) -> int:
 
 def start_profiler(path: str | None, pid: int) -> subprocess.Popen | None:
     """py-spy sampling process `pid` (the operator; every thread, GIL holders only) from the first limit
-    line to the last resume; collapsed stacks go to `path` (flamegraph.pl or speedscope read them).
+    line to the last resume, or (`--profile-deadline`) from the first burst's deadline (reset + margin)
+    until its last tab resumed; collapsed stacks go to `path` (flamegraph.pl or speedscope read them).
     None without `path`."""
     if not path:
         return None
@@ -182,7 +184,7 @@ def stop_profiler(proc: subprocess.Popen | None) -> None:
 
 async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
     t_start = time.time()
-    settings = SETTINGS.model_copy(update={"tmux_stream": args.stream})
+    settings = SETTINGS.model_copy(update={"tmux_stream": args.stream, "resume_margin_s": args.margin})
     world = World(workdir / "world", settings)
     await world.start()
     proc: subprocess.Popen | None = None
@@ -267,7 +269,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             f"CPU {(c1 - c0) / idle_s:.3f} cores, RSS +{rss_idle:.0f} MiB")
 
         # ---------------------------------------------------------------- bursts
-        profiler = start_profiler(args.profile, proc.pid if proc is not None else os.getpid())
+        pid = proc.pid if proc is not None else os.getpid()
+        profiler = None if args.profile_deadline else start_profiler(args.profile, pid)
         groups = max(1, min(args.bursts, args.subscriptions))
         now = time.time()
         resets = {}
@@ -295,10 +298,33 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
                 out.append((float(t), text))
             return out
         end = resets[groups - 1] + args.timeout
-        while time.time() < end and not all(received(b) for b in boxes):
-            await asyncio.sleep(1)
+        # Per burst: the operator's CPU seconds from its deadline (reset + margin) until its last tab
+        # resumed (what one burst costs at the deadline; divided by its tabs, the cost of one resume).
+        members = {r: [b for b in boxes if reset_of[b] == r] for r in resets.values()}
+        pending = {r: set(m) for r, m in members.items()}  # a box's log appears when its `continue` came
+
+        def arrived(r: float) -> bool:
+            pending[r] = {b for b in pending[r] if not (workdir / f"{b}.log").exists()}
+            return not pending[r]
+        waiting = set(resets.values())
+        cpu_at: dict[float, float] = {}
+        cpu_used: dict[float, float] = {}
+        while time.time() < end and waiting:
+            for r in sorted(waiting):
+                if r not in cpu_at and time.time() >= r + settings.resume_margin_s - 0.5:
+                    cpu_at[r] = cpu_s()
+                    if args.profile_deadline and r == resets[0]:
+                        profiler = start_profiler(args.profile, pid)
+                if r in cpu_at and arrived(r):
+                    cpu_used[r] = cpu_s() - cpu_at[r]
+                    waiting.discard(r)
+                    if args.profile_deadline and r == resets[0]:
+                        stop_profiler(profiler)
+                        profiler = None
+            await asyncio.sleep(0.1)
         await asyncio.sleep(3)
         lags, early, missing, wrong = [], 0, 0, 0
+        lags_of: dict[float, list[float]] = {r: [] for r in resets.values()}
         for box in boxes:
             got = received(box)
             if not got:
@@ -308,6 +334,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             wrong += text != "continue"
             early += t < reset_of[box]
             lags.append(t - reset_of[box] - settings.resume_margin_s)
+            lags_of[reset_of[box]].append(lags[-1])
         c2 = cpu_s()
         stop_profiler(profiler)
         p99 = pct(lags, 99)
@@ -329,6 +356,11 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             "resume_lag_p99_s": round(p99, 3) if p99 is not None else None,
             "resume_lag_max_s": round(max(lags), 3) if lags else None,
             "resume_margin_s": settings.resume_margin_s,
+            "resume_lag_by_burst": [
+                {"tabs": len(members[r]), "resumed": len(v),
+                 "p50_s": _r(pct(v, 50)), "p99_s": _r(pct(v, 99)), "max_s": _r(max(v) if v else None),
+                 "cpu_s": _r(cpu_used.get(r))}
+                for r, v in sorted(lags_of.items())],
             "load_avg_1m": round(os.getloadavg()[0], 2), "wall_s": round(time.time() - t_start, 1),
             "streams_open_at_start_of_idle": streams_open0,
             "idle_exec_by_argv": dict(exec_verbs.most_common(8)),
@@ -353,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle", type=float, default=300.0, help="seconds of the idle window (default 300)")
     p.add_argument("--bursts", type=int, default=2, help="groups of subscriptions limited together (default 2)")
     p.add_argument("--timeout", type=float, default=120.0, help="give up this long after the last reset")
+    p.add_argument("--margin", type=float, default=bench_settings("default").resume_margin_s,
+                   help="settings.resume_margin_s: seconds after a reset before `continue` is sent "
+                        "(default: the product default, %(default)s)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--stream", dest="stream", action="store_true", default=True,
                       help="the live tmux stream per box (settings.tmux_stream; default)")
@@ -361,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="run kopf in a thread of this process (shares the GIL with the emulators)")
     p.add_argument("--profile", metavar="FILE",
                    help="py-spy (pip install py-spy) samples the bursts; collapsed stacks to FILE")
+    p.add_argument("--profile-deadline", action="store_true",
+                   help="profile only the first burst, from its deadline (reset + margin) to its last resume")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     if not 1 <= args.subscriptions <= args.boxes:

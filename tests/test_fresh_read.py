@@ -64,3 +64,35 @@ async def test_a_failed_read_fails_its_callers_only() -> None:
     with pytest.raises(RuntimeError):
         await shared.get()
     assert await shared.get() == "ok"
+
+
+async def test_callers_of_the_same_instant_share_one_read() -> None:
+    """Callers woken together (before the read started) share it: it starts after each of them asked."""
+    version = 0
+    started: list[int] = []
+
+    async def fetch() -> int:
+        started.append(version)
+        await asyncio.sleep(0)
+        return version
+
+    shared = FreshRead(fetch)
+    results = await asyncio.gather(*(shared.get() for _ in range(500)))
+    assert results == [0] * 500 and started == [0] and shared.reads == 1
+    # ... but a caller that arrives once the read has started still waits for the next one
+    gate = asyncio.Event()
+
+    async def slow() -> int:
+        seen = version
+        started.append(seen)
+        await gate.wait()
+        return seen
+
+    shared = FreshRead(slow)
+    first = asyncio.ensure_future(shared.get())
+    await settle()
+    version = 1
+    later = asyncio.ensure_future(shared.get())
+    await settle()
+    gate.set()
+    assert await first == 0 and await later == 1 and shared.reads == 2

@@ -397,6 +397,31 @@ async def test_exec_rc_stdin_and_errors(kube: KubeEmulator, box: str, http: aioh
     assert exc.value.reason == "timeout"
 
 
+async def test_a_client_gone_before_its_exec_upgrade_is_a_normal_end(
+        kube: KubeEmulator, box: str, core_v1: kubernetes.client.CoreV1Api, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that gave up while its exec was starting (a thousand execs at once) makes the upgrade fail to
+    be written ("Cannot write to closing transport"): a real API server logs one line; the emulator must not
+    answer it as its own failure (500, traceback, `server_errors`, which fails every test)."""
+    upgrade = kube._serve_exec_upgraded
+
+    async def client_gone_first(raw: Any, *args: Any) -> Any:
+        raw.transport.close()  # the client went away before the upgrade is written
+        return await upgrade(raw, *args)
+
+    monkeypatch.setattr(kube, "_serve_exec_upgraded", client_gone_first)
+    caplog.set_level(logging.INFO, logger="agentbox.sim.kube")
+    with pytest.raises(ExecError):
+        await apod_exec(core_v1, "default", box, "box", ["true"], timeout=5)
+    assert kube.server_errors == []
+    assert "emulator failure" not in caplog.text and "Traceback" not in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.name == "agentbox.sim.kube"] == [
+        f"client went away during GET /api/v1/namespaces/default/pods/{box}/exec"]
+    assert kube.journal[-1].status == 0
+    monkeypatch.undo()
+    assert (await apod_exec(core_v1, "default", box, "box", ["echo", "ok"])).stdout == "ok\n"
+
+
 async def test_exec_logs_and_errors_hold_no_output_or_arguments(
         kube: KubeEmulator, box: str, core_v1: kubernetes.client.CoreV1Api, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="agentbox.exec")

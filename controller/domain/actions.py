@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Union
+from typing import Any, Union
 
-from controller.domain.resume import Journal
+from controller.domain.resume import Journal, Step
 from controller.domain.types import Usage
 
 
@@ -73,6 +73,16 @@ class ReadUsage:
     subscription: str
     max_age_s: float
     tabs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReadStructured:
+    """Blocking: read the agent's own machine-readable usage in the box (Claude Code's statusline input,
+    Codex's rollout `token_count` events; the sources its adapter lists), `now` the pass's instant (UTC).
+    Result: `StructuredRead`."""
+
+    agent: str
+    now: datetime
 
 
 @dataclass(frozen=True)
@@ -157,25 +167,68 @@ class UsageRead:
 
 
 @dataclass(frozen=True)
+class StructuredRead:
+    """Result of `ReadStructured`.
+
+    Attributes:
+        usage: the usage the files say (None: no source had any, or none counts).
+        source: the name of the source it came from ("statusline", "rollout"...), "" when none.
+        problems: one message per file that was oversized or unreadable (naming the file; InputIgnored).
+        failed: the read itself failed (exec error): nothing is known, not even the problems.
+    """
+
+    usage: Usage | None
+    source: str = ""
+    problems: tuple[str, ...] = ()
+    failed: bool = False
+
+
+@dataclass(frozen=True)
 class Performed:
-    """Result of a journaled action on one tab: it moved on (`ok`), what was done, when it ended (UTC)."""
+    """Result of a journaled action on one tab, as raw facts (`controller.domain.box.describe` words them).
+
+    Attributes:
+        tab: the tab.
+        ok: the tab moved on (its screen changed after Enter or the key; for a journal with nothing left
+            to send, True).
+        at: when the action ended (UTC).
+        step: the journal step the action ended at: where it stopped (`Step.INTERRUPT`: the agent did not
+            exit; `Step.AWAIT_AGENT`: its prompt did not come back) or its last step (`Step.ENTER`,
+            `Step.PRESS`); None when nothing was left to send.
+        restarted: the agent was relaunched in this action (`Step.RELAUNCH` or `Step.AWAIT_AGENT` performed).
+        text: the text typed (or the key pressed at `Step.PRESS`).
+        argv: the restart argv typed at the shell (the adapter's), () when none.
+        keys: the interrupt keys pressed (the adapter's), () when none.
+    """
 
     tab: str
     ok: bool
-    how: str
     at: datetime
+    step: Step | None = None
+    restarted: bool = False
+    text: str = ""
+    argv: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    """Write these status fields now, through the box's one status writer (a field None removes it);
+    `fields` are (name, value) pairs in order."""
+
+    fields: tuple[tuple[str, Any], ...]
 
 
 @dataclass(frozen=True)
 class Done:
-    """Result of `InstallLogin` / `SwitchSubscription`."""
+    """Result of `InstallLogin` / `SwitchSubscription` / `DeletePod`: it was done (`ok`)."""
 
     ok: bool
 
 
-Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, ReadUsage, InstallLogin,
-            SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod]
-BLOCKING = (ReadUsage, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod)
+Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, PatchStatus, ReadUsage,
+            ReadStructured, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod]
+BLOCKING = (ReadUsage, ReadStructured, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod)
 """Actions whose result the decision needs (`Observation.results`)."""
 JOURNALED = (SendContinue, RunJournal)
 """Actions whose tab journals are written to status before their first key."""

@@ -31,9 +31,9 @@ from typing import Any, Mapping, Protocol, Sequence
 from controller import constants as C
 from controller.conditions import rfc3339, set_condition
 from controller.domain.actions import (  # noqa: F401 - the action types are part of this module's interface
-    BLOCKING, JOURNALED, Act, ClearAnnotation, Count, CreatePod, DeletePod, Done, InstallLogin, PodCreated,
-    Performed, PostEvent, PressKey, PrintNotice, ReadUsage, RemoveLogin, RunJournal, SendContinue,
-    SwitchSubscription, UsageRead,
+    BLOCKING, JOURNALED, Act, ClearAnnotation, Count, CreatePod, DeletePod, Done, InstallLogin, PatchStatus,
+    PodCreated, Performed, PostEvent, PressKey, PrintNotice, ReadStructured, ReadUsage, RemoveLogin, RunJournal, SendContinue,
+    StructuredRead, SwitchSubscription, UsageRead,
 )
 from controller.domain.podheal import decide_pod
 from controller.domain.podstate import ContainerView
@@ -42,7 +42,7 @@ from controller.domain.resume import (
     limit_key, next_pass_in, plan_tab, recovery_step, stall_plan, start_journal, usage_verdict,
 )
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
-from controller.domain.signals import last_lines
+from controller.domain.signals import last_lines, merge
 from controller.domain.types import Detection, LimitKind, TabState, plausible_reset
 from controller.redact import STATUS_MESSAGE_MAX, bounded
 
@@ -71,7 +71,7 @@ class TabView:
         pane: tmux pane id ("%3") the keys go to.
         at_shell: the pane's foreground process is a shell (no agent runs).
         screen: the captured screen (untrusted text; only hashed and cut to its last lines here).
-        detection: what the screen (and the agent's structured files) say.
+        detection: what the screen says (`decide` merges the agent's structured usage into it).
         last_input_at: last time a human typed in the tab (UTC), or None.
     """
 
@@ -299,6 +299,8 @@ class Memory:
         out_of_date: PodOutOfDate message while the pod predates spec.template, else None.
         replacing: (Ready reason, message) of the ended pod being replaced (said until the new one exists).
         stream_warned: uid of the pod whose unusable stream was reported (one Warning per pod).
+        structured: the last structured read: (the tabs' (name, state, kind, limit) digest it was read
+            for, the instant it was read (UTC), its result); reused on a live stream (`_structured`).
         loaded: the memory was rebuilt from status (a restarted controller starts from status).
     """
 
@@ -321,6 +323,7 @@ class Memory:
     out_of_date: str | None = None
     replacing: tuple[str, str] | None = None
     stream_warned: str | None = None
+    structured: tuple[tuple[Any, ...], datetime, StructuredRead] | None = None
     loaded: bool = False
 
 
@@ -491,6 +494,35 @@ def reserve_from(sub: Mapping[str, Any]) -> Reserve:
     return Reserve(reserve.get("fiveHourPercent") or 0, reserve.get("weeklyPercent") or 0)
 
 
+def describe(res: Performed, action: JournalAction) -> str:
+    """What a journaled action did, in words (Events, tab messages): from its raw outcome `res` and the
+    journal's `action` (a restart-and-continue says what it ran even when the relaunch happened before a
+    controller restart)."""
+    if res.step is None:
+        return "nothing left to send"
+    if res.step == Step.INTERRUPT:
+        return f"pressed {'+'.join(res.keys)} but the agent did not exit"
+    if res.step in (Step.AWAIT_AGENT, Step.RELAUNCH):
+        return f"ran '{' '.join(res.argv)}' but the agent's prompt did not come back"
+    if res.step == Step.PRESS:
+        return f"pressed {res.text}"
+    how = (f"restarted with '{' '.join(res.argv)}' and sent '{res.text}'"
+           if res.restarted or action == JournalAction.RESTART else f"sent '{res.text}'")
+    return how if res.ok else f"{how} but the screen did not change"
+
+
+def switch_patches(action: SwitchSubscription) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The status patches of a switch (`SwitchSubscription`), written in order: the journal at its first
+    step (before the agents are stopped), at `InstallLogin` (before the new login is written), and the
+    end (the new subscription, no journal). A controller killed in between finds status.switch and
+    completes it (`_complete_switch`)."""
+    journal = {"to": action.new, "fromSubscription": action.old, "step": "StopAgents",
+               "startedAt": rfc3339(action.started_at), "tabs": list(action.limited)[:64],
+               "reason": bounded(action.reason, 1024)}
+    return ({"switch": journal}, {"switch": {**journal, "step": "InstallLogin"}},
+            {"subscription": action.new, "switch": None})
+
+
 # ============================================================================ decide
 class _Blocked(Exception):
     """A blocking action has no result yet: the decision stops here."""
@@ -650,6 +682,9 @@ def _decide(p: _Pass) -> BoxStatus | None:
         return None
     p.mem = replace(p.mem, output_problem=None, tab_ids={**p.mem.tab_ids, **{t.name: t.id for t in obs.tabs}})
     p.tabs_decided = True
+    _structured(p)
+    obs = p.obs  # the tabs with the structured usage merged into their detections
+    assert obs.tabs is not None
 
     annotations = _annotations(p)
     dets = {t.name: t.detection for t in obs.tabs}
@@ -671,6 +706,39 @@ def _decide(p: _Pass) -> BoxStatus | None:
 def _watched_status(p: _Pass) -> BoxStatus:
     problem = (C.R_SUBSCRIPTION_NOT_FOUND, p.mem.sub_problem) if p.mem.sub_problem else None
     return _tabs_status(p, p.obs, problem=problem)
+
+
+# ---------------------------------------------------------------------------- structured usage
+_STOPPED = (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN)
+
+
+def _structured(p: _Pass) -> None:
+    """Merge the agent's own machine-readable usage into the screen detections (`signals.merge`).
+
+    Read only when some tab is not visibly busy (rate limited, idle or unrecognised). On the live stream
+    the last read is reused while the tabs' (state, kind, limit) are those it was read for and it is younger
+    than `stream_rescan_s` (the agents write these files when a turn ends, which changes a state); polling
+    reads every pass. A failed read merges nothing and leaves the files' last problems standing."""
+    tabs = p.obs.tabs or ()
+    if not any(t.detection.state in _STOPPED for t in tabs):
+        return
+    key = tuple(sorted((t.name, t.detection.state.value, t.detection.kind.value if t.detection.kind else None,
+                        limit_key(t.detection) if t.detection.state == TabState.RATE_LIMITED else None)
+                       for t in tabs))
+    seen = p.mem.structured
+    live = p.obs.stream is not None and p.obs.stream.connected
+    if live and seen is not None and seen[0] == key and (p.now - seen[1]).total_seconds() < p.obs.stream_rescan_s:
+        read = seen[2]
+    else:
+        read = p.ask(ReadStructured(p.obs.box.agent, p.now))
+        if read.failed:
+            return
+        p.mem = replace(p.mem, structured=(key, p.now, read))
+    p.ignore("files", C.R_INVALID_BOX_FILE, read.problems)
+    if read.usage is None:
+        return
+    usage, source = read.usage, read.source
+    p.obs = replace(p.obs, tabs=tuple(replace(t, detection=merge(t.detection, usage, source, p.now)) for t in tabs))
 
 
 # ---------------------------------------------------------------------------- the pod
@@ -801,6 +869,8 @@ def _complete_switch(p: _Pass, dets: dict[str, Detection]) -> dict[str, Detectio
     sw = p.obs.pending_switch or {}
     to = str(sw.get("to"))
     done: Done = p.ask(InstallLogin(to, "complete"))
+    # Finished (or given up) now, once: status.switch is cleared; the box moves only with its new login.
+    p.actions.append(PatchStatus((("switch", None),) + ((("subscription", to),) if done.ok else ())))
     if not done.ok:
         p.event("Warning", "SwitchFailed", f"Cannot finish the switch to {to}: its login Secret is missing or invalid")
         return dets
@@ -980,7 +1050,7 @@ def _reserve_restore(p: _Pass, dets: dict[str, Detection]) -> None:
     for action, res in zip(resumes, results):
         p.records[action.tab] = replace(p.records[action.tab], journal=None)
         p.event("Normal" if res.ok else "Warning", "Resumed" if res.ok else C.R_RESUME_FAILED,
-                f"Tab {action.tab}: {res.how} after the reserve lifted")
+                f"Tab {action.tab}: {describe(res, action.journal.action)} after the reserve lifted")
 
 
 # ---------------------------------------------------------------------------- tabs
@@ -1111,15 +1181,16 @@ def _recovered(p: _Pass, tab: TabView, action: RunJournal, what: str, reason: st
         p.wake[tab.name] = p.now + timedelta(seconds=1)
         return
     p.count("RESUMES", "$ns", "$name", p.obs.box.agent, "ok" if res.ok else "no_effect")
+    how = describe(res, action.journal.action)
     if res.ok:
-        p.event("Normal", "Resumed", f"Tab {tab.name}: {res.how} after the usage limit reset "
+        p.event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset "
                 f"(completed after a controller restart: {reason})")
         p.records[tab.name] = replace(rec, phase=Phase.RESUMING, sent_for=action.journal.for_key or rec.sent_for,
-                                      sent_at=res.at, message=f"Resumed: {res.how}")
+                                      sent_at=res.at, message=f"Resumed: {how}")
         p.wake[tab.name] = settle
         return
-    p.event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {res.how}")
-    p.records[tab.name] = replace(rec, phase=Phase.NEEDS_ATTENTION, message=f"{res.how}; a human should look")
+    p.event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
+    p.records[tab.name] = replace(rec, phase=Phase.NEEDS_ATTENTION, message=f"{how}; a human should look")
     p.wake[tab.name] = None
 
 
@@ -1156,6 +1227,7 @@ def _resume_due(p: _Pass, due: list[TabView]) -> None:
         rec = p.records[tab.name]
         p.records[tab.name] = replace(rec, journal=replace(p.resume_journal(rec.sent_for), started_at=now,
                                                            step_at=now))
+    journal_action = JournalAction.RESTART if box.restarts else JournalAction.CONTINUE
     if box.restarts:
         actions = [RunJournal(t.name, t.pane, p.records[t.name].journal, "resume") for t in sending]  # type: ignore[arg-type]
         results: list[Performed] = p.ask_all(list(actions))
@@ -1166,17 +1238,18 @@ def _resume_due(p: _Pass, due: list[TabView]) -> None:
     for tab, res in zip(sending, results):
         p.count("RESUMES", "$ns", "$name", box.agent, "ok" if res.ok else "no_effect")
         rec = replace(p.records[tab.name], journal=None)
+        how = describe(res, journal_action)
         if res.ok:
             # Said when the reset could not be confirmed (usage API down, refused, throttled): the tab was
             # resumed on the screen's reset time, late rather than never.
             unconfirmed = "" if read.usage is not None else (
                 " (the usage API could not be read; resumed on the screen's reset time; see the "
                 "Subscription's UsageFetched condition)")
-            p.event("Normal", "Resumed", f"Tab {tab.name}: {res.how} after the usage limit reset{unconfirmed}")
-            p.records[tab.name] = replace(rec, message=f"Resumed: {res.how}")
+            p.event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset{unconfirmed}")
+            p.records[tab.name] = replace(rec, message=f"Resumed: {how}")
         else:
-            p.event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {res.how}")
-            p.records[tab.name] = replace(rec, phase=Phase.NEEDS_ATTENTION, message=f"{res.how}; a human should look")
+            p.event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
+            p.records[tab.name] = replace(rec, phase=Phase.NEEDS_ATTENTION, message=f"{how}; a human should look")
             p.wake[tab.name] = None
 
 

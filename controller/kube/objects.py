@@ -203,11 +203,12 @@ def box_container(pod_spec: dict[str, Any], wanted: str | None) -> str | None:
 class FreshRead:
     """Concurrent callers of one read share it, and each still gets a result read AFTER it asked.
 
-    A caller arriving while no read is in flight starts one; a caller arriving while one is in flight
-    (it may have started before the caller asked, so it may predate a write the caller saw) waits for the
-    NEXT read, which starts when the current one ends and is shared by every caller queued meanwhile. So
-    N simultaneous callers cost at most two reads, and no caller gets an answer older than its call:
-    the same guarantee as each doing its own read.
+    A caller arriving while no read is in flight starts one; a caller arriving before that read has
+    started (the same event-loop turn: callers woken together) joins it; a caller arriving while one is
+    in flight (it may have started before the caller asked, so it may predate a write the caller saw)
+    waits for the NEXT read, which starts when the current one ends and is shared by every caller queued
+    meanwhile. So N simultaneous callers cost one read, N callers arriving over time at most two, and no
+    caller gets an answer older than its call: the same guarantee as each doing its own read.
 
     Args:
         fetch: the read (``await fetch()``); its errors reach every caller of that read.
@@ -217,6 +218,7 @@ class FreshRead:
         self._fetch = fetch
         self._current: asyncio.Future[Any] | None = None
         self._queued: asyncio.Future[Any] | None = None
+        self._started = False  # the current read has called fetch (it may predate a new caller)
         self.reads = 0
 
     async def get(self) -> Any:
@@ -224,7 +226,10 @@ class FreshRead:
         loop = asyncio.get_running_loop()
         if self._current is None:
             fut = self._current = loop.create_future()
+            self._started = False
             asyncio.ensure_future(self._drive(fut))
+        elif not self._started:
+            fut = self._current  # not started yet: it starts after this call, so it may be shared
         else:
             if self._queued is None:
                 self._queued = loop.create_future()
@@ -234,6 +239,7 @@ class FreshRead:
     async def _drive(self, fut: asyncio.Future[Any]) -> None:
         while True:
             self.reads += 1
+            self._started = True
             try:
                 fut.set_result(await self._fetch())
             except Exception as exc:  # noqa: BLE001 - handed to every caller of this read

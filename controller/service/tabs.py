@@ -37,7 +37,6 @@ from controller.domain.podheal import template_hash
 from controller.domain.detection import compile_user_patterns
 from controller.domain.podstate import box_container_view, box_time_zone
 from controller.domain.resume import ResumeConfig, limit_key
-from controller.domain.signals import merge
 from controller.domain.types import Detection, TabState
 from controller.agents.registry import get_adapter
 from controller.kube.exec import owned_exec, owned_exec_open
@@ -45,7 +44,6 @@ from controller.kube.objects import NotOwned, box_container, owned_by, pod_name
 from controller.models import AgentBoxSpec
 from controller.runtime import Runtime
 from controller.service.executor import Executor
-from controller.service.status import StatusWriter
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
 from controller.terminal.stream import BoxStream, StreamTerminal
 from controller.terminal.tmux import has_session_argv as tmux_has_session_argv
@@ -56,7 +54,7 @@ EventFn = Callable[[str, str, str], None]
 """Posts a Kubernetes Event on the box: (type Normal|Warning, reason, message)."""
 
 MAX_ROUNDS = 12
-"""decide/execute rounds of one pass (each blocking action adds one; a pass needs at most eight)."""
+"""decide/execute rounds of one pass (each blocking action adds one; a pass needs at most nine)."""
 
 _GUARDS = {C.COND_READY: READY_REASONS}
 
@@ -81,13 +79,12 @@ class BoxWatcher:
             settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
         ))
         self.memory: Memory | None = None        # the decision's memory between passes
-        self.writer = StatusWriter(rt.kube, C.AGENTBOX_PLURAL, namespace, name, rt.clock)
+        self.writer = rt.status_writer(namespace, name)  # the box's one writer, shared with the reconcile
         self._uid: str | None = None
         self._pending_switch: dict[str, Any] | None = None  # status.switch found at start: completed first
         self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
-        self._structured_seen: tuple[int, datetime, Any] | None = None  # (tab states hash, read at, result)
 
     async def aclose(self) -> None:
         """Detach the live tmux stream (the watcher stops)."""
@@ -124,7 +121,7 @@ class BoxWatcher:
         )
 
         # ---- observe: the pod (and decide on it: heal, Ready, or read the tabs)
-        pod = await self.rt.kube.get_pod(self.namespace, pod_name(self.name))
+        pod = await self._read_pod()
         if pod is not None and not owned_by(pod, self._uid):
             # A pod under the box's name that the box does not control: never exec into it.
             d = await self._run(replace(obs, pod_owned=False, not_owned=str(NotOwned("Pod", pod_name(self.name), self.name))))
@@ -163,17 +160,13 @@ class BoxWatcher:
             return d.next_pass_in(self.rt.clock())
         now = self.rt.clock()
         dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
-        dets, file_problems = await self._structured(term, spec, dets, now, screens)
         subs = await self.rt.kube.list_custom_shared(C.SUBSCRIPTION_PLURAL, self.namespace)
-        problems = dict(obs.input_problems)
-        if file_problems is not None:
-            problems["files"] = (C.R_INVALID_BOX_FILE, tuple(file_problems))
+        candidates, reserves = self.rt.sub_views.of(self.namespace, subs)  # converted once per object version
         obs = replace(
             obs, tabs=tuple(TabView(t.name, t.id, t.pane_id, t.at_shell, screens.get(t.id, ""), dets[t.name],
                                     inputs.get(t.id)) for t in tabs),
-            annotations=dict(meta.get("annotations") or {}), input_problems=problems,
-            subscriptions=tuple(candidate_from(o) for o in subs),
-            reserves={o["metadata"]["name"]: reserve_from(o) for o in subs},
+            annotations=dict(meta.get("annotations") or {}),
+            subscriptions=candidates, reserves=reserves,
             pending_switch=self._pending_switch,
         )
 
@@ -220,6 +213,18 @@ class BoxWatcher:
         await self.writer.write(status.fields, status.conditions, _GUARDS if status.guard_ready else None)
 
     # ------------------------------------------------------------------ observing helpers
+    async def _read_pod(self) -> dict[str, Any] | None:
+        """The box pod: the pod watch's latest body while the live stream is attached to that very pod (its
+        exec proves the pod exists: a pod deleted or replaced ends it; the watch brings the pod's changes),
+        else a GET (no stream, the stream down, the watch has not delivered that pod). The caller checks
+        ownership on either the same way."""
+        name = pod_name(self.name)
+        if self.stream is not None and self.stream.connected and self._stream_pod:
+            pod = self.rt.pods.get(self.namespace, name, self._stream_pod)
+            if pod is not None:
+                return pod  # type: ignore[return-value]
+        return await self.rt.kube.get_pod(self.namespace, name)
+
     def _stream_state(self) -> StreamView | None:
         if self.stream is None:
             return None
@@ -267,40 +272,6 @@ class BoxWatcher:
     def _open_fn(self, pod: dict[str, Any], container: str):
         """Open a long-lived exec in the box's own pod (`owned_exec_open`: ownership proven, counted)."""
         return owned_exec_open(self.rt.exec_open, pod, self._uid, self.name, container)
-
-    # ------------------------------------------------------------------ structured signals (level 1)
-    async def _structured(self, term: BoxTerminal, spec: AgentBoxSpec, dets: dict[str, Detection],
-                          now: datetime, screens: dict[str, str] | None = None
-                          ) -> tuple[dict[str, Detection], list[str] | None]:
-        """Merge the agent's own machine-readable usage (Claude Code statusline input, Codex rollout
-        `token_count` events) into the screen detections. Read only when a tab is not visibly busy; on the
-        live stream, only when a tab stopped (the tabs' detected states changed since the last read: the
-        agents write these files when a turn ends) or the last read is `stream_rescan_s` old, else the
-        last read is reused. Returns the detections and the problems of the files read (None when none
-        was read)."""
-        if not any(d.state in (TabState.RATE_LIMITED, TabState.IDLE, TabState.UNKNOWN) for d in dets.values()):
-            return dets, None
-        from controller.service.boxfiles import read_structured
-
-        digest = hash(tuple(sorted((name, d.state, d.kind, limit_key(d) if d.state == TabState.RATE_LIMITED
-                                    else None) for name, d in dets.items())))
-        seen = self._structured_seen
-        reuse = (isinstance(term, StreamTerminal) and term.stream.connected and seen is not None
-                 and seen[0] == digest
-                 and (now - seen[1]).total_seconds() < self.rt.settings.stream_rescan_s)
-        problems: list[str] = []
-        try:
-            if reuse:
-                usage, source, problems = seen[2]  # type: ignore[index]
-            else:
-                usage, source = await read_structured(term.exec_fn, spec.agent, now, problems)
-                self._structured_seen = (digest, now, (usage, source, problems))
-        except Exception as exc:  # noqa: BLE001 - no structured data is a normal case
-            log.debug("Box %s/%s: no structured usage (%s)", self.namespace, self.name, type(exc).__name__)
-            return dets, None
-        if usage is None:
-            return dets, problems
-        return {name: merge(det, usage, source, now) for name, det in dets.items()}, problems
 
     def _detect(self, agent: str, screen: str, now: datetime, tz: str, patterns: list[Any]) -> Detection:
         from controller.agents.registry import detect
