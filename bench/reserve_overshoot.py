@@ -24,14 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.settings import Settings  # noqa: E402
+from agentbox_sim.bench_settings import bench_settings  # noqa: E402
 from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in  # noqa: E402
 
 THRESHOLD = 80.0
 
 
 async def one_run(rate_per_min: float, start_pct: float) -> dict:
-    settings = Settings(scan_interval_s=5.0, resume_margin_s=1.0, metrics_port=0)   # default usage cadence
+    settings = bench_settings("default", scan_interval_s=5.0, resume_margin_s=1.0)   # default usage cadence
     with tempfile.TemporaryDirectory(prefix="abx-res-", ignore_cleanup_errors=True) as tmp:
         async with World(Path(tmp), settings) as w:
             w.start_operator()

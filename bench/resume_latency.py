@@ -71,14 +71,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from controller import constants as C  # noqa: E402
-from controller.settings import Settings  # noqa: E402
+from agentbox_sim.bench_settings import bench_settings  # noqa: E402
 from agentbox_sim.world import TabSpec, World, claude_login, fake_agent_argv  # noqa: E402
 
-SETTINGS = Settings(
-    scan_interval_s=5.0, resume_margin_s=1.0, human_idle_s=4.0, auto_continue_grace_s=6.0, settle_s=4.0,
-    max_attempts=3, unknown_reset_recheck_s=5.0, send_pause_s=0.15, verify_timeout_s=4.0, restart_timeout_s=15.0,
-    usage_interval_s=30.0, usage_max_age_s=2.0, exec_timeout_s=10.0, metrics_port=0,
-)
+SETTINGS = bench_settings()
 
 
 class _PoolFullCounter(logging.Filter):

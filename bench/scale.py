@@ -58,15 +58,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from controller.settings import Settings  # noqa: E402
+from agentbox_sim.bench_settings import bench_settings  # noqa: E402
 from agentbox_sim.fake_agent import claude_clock  # noqa: E402
 from agentbox_sim.world import TabSpec, World, claude_login  # noqa: E402
 
-SETTINGS = Settings(
-    scan_interval_s=5.0, resume_margin_s=1.0, human_idle_s=4.0, auto_continue_grace_s=6.0, settle_s=4.0,
-    max_attempts=3, unknown_reset_recheck_s=5.0, send_pause_s=0.15, verify_timeout_s=4.0, restart_timeout_s=15.0,
-    usage_interval_s=300.0, usage_max_age_s=2.0, exec_timeout_s=10.0, metrics_port=0,
-)
+SETTINGS = bench_settings(usage_interval_s=300.0)
 
 AGENT = r"""#!/bin/bash
 # A light Claude-Code-like tab: $1 the FIFO that brings the reset clock, $2 the log of what was typed.
@@ -400,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle", type=float, default=300.0, help="seconds of the idle window (default 300)")
     p.add_argument("--bursts", type=int, default=2, help="groups of subscriptions limited together (default 2)")
     p.add_argument("--timeout", type=float, default=120.0, help="give up this long after the last reset")
-    p.add_argument("--margin", type=float, default=Settings().resume_margin_s,
+    p.add_argument("--margin", type=float, default=bench_settings("default").resume_margin_s,
                    help="settings.resume_margin_s: seconds after a reset before `continue` is sent "
                         "(default: the product default, %(default)s)")
     mode = p.add_mutually_exclusive_group()

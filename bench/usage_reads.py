@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controller.providers.readers import UsageCache, UsageReader  # noqa: E402
 from controller.runtime import Runtime  # noqa: E402
 from controller.service.subscriptions import SubscriptionReader  # noqa: E402
-from controller.settings import Settings  # noqa: E402
+from agentbox_sim.bench_settings import bench_settings  # noqa: E402
 from agentbox_sim.provider import ProviderEmulator  # noqa: E402
 from agentbox_sim.world import claude_login  # noqa: E402
 
@@ -74,6 +74,15 @@ class MemKube:
             else:
                 cur[k] = v
 
+    async def patch_status_at(self, plural: str, namespace: str, name: str, status: dict[str, Any],
+                              resource_version: str | None) -> dict[str, Any]:
+        """The status writer's conditional patch (no other writer here: never a conflict)."""
+        await self.patch_status(plural, namespace, name, status)
+        return {"metadata": {"name": name, "namespace": namespace}, "status": dict(self.status[name])}
+
+    async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return {"metadata": {"name": name, "namespace": namespace}, "status": dict(self.status.get(name, {}))}
+
     async def list_custom(self, plural: str, namespace: str) -> list[dict[str, Any]]:
         return []
 
@@ -95,7 +104,7 @@ def pct(values: list[float], q: float) -> float:
 async def run(ns: argparse.Namespace) -> dict:
     t0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
     clock = Clock(t0)
-    settings = Settings(metrics_port=0)   # the default usage cadence
+    settings = bench_settings("default")   # the default usage cadence
     emu = ProviderEmulator(now=clock)
     await emu.start()
     kube = MemKube()

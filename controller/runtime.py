@@ -10,6 +10,7 @@ from controller.events import EventFn, ObjectRef, Recorder
 from controller.kube.objects import Kube
 from controller.service.loginload import SharedLogins
 from controller.service.podcache import WatchedPods
+from controller.service.status import StatusWriter
 from controller.service.subviews import SubscriptionViews
 from controller.settings import Clock, Settings, utcnow
 
@@ -30,11 +31,15 @@ class Runtime:
         events: the one Event poster (deduplicated; also the webhook and the metric). The default
             only counts (no API writes); the operator's startup gives it the Kubernetes client.
         wakeups: per box (namespace, name) an Event that wakes its tab watcher early.
+        status_writers: per object (plural, namespace, name) its one status writer
+            (:func:`controller.service.status.writer_of`), shared by every writer of that object.
         sub_views: rotation's views of each namespace's Subscriptions, converted once per object version
             (`controller.service.subviews.SubscriptionViews`).
         logins: a Subscription's login loaded once for the boxes that ask at the same instant
             (`controller.service.loginload.SharedLogins`; nothing kept after).
         pods: the box pods as the pod watch delivered them (`controller.service.podcache.WatchedPods`).
+        status_writers: per box (namespace, name) its one status writer, shared by the reconcile handler and
+            the tab watcher (`status_writer`).
     """
 
     settings: Settings
@@ -46,9 +51,11 @@ class Runtime:
     clock: Clock = utcnow
     events: Recorder = field(default=None)  # type: ignore[assignment]
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+    status_writers: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
     logins: SharedLogins = field(default_factory=SharedLogins)
     pods: WatchedPods = field(default_factory=WatchedPods)
+    status_writers: dict[tuple[str, str], StatusWriter] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.events is None:
@@ -61,3 +68,16 @@ class Runtime:
     def wakeup(self, namespace: str, name: str) -> asyncio.Event:
         """The wake-up Event of one box (created on first use)."""
         return self.wakeups.setdefault((namespace, name), asyncio.Event())
+
+    def status_writer(self, namespace: str, name: str) -> StatusWriter:
+        """The one status writer of an AgentBox (created on first use): every write of its status (the
+        reconcile's, the watcher's, the executor's write-ahead points) goes through it, so its merge of
+        conditions by type, its dedupe and its write order see every write."""
+        key = (namespace, name)
+        writer = self.status_writers.get(key)
+        if writer is None:
+            from controller import constants as C
+
+            writer = self.status_writers[key] = StatusWriter(self.kube, C.AGENTBOX_PLURAL, namespace, name,
+                                                             self.clock)
+        return writer

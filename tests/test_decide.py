@@ -17,7 +17,7 @@ from controller import constants as C
 from controller.conditions import merge_conditions, set_condition
 from controller.domain.box import (
     BLOCKING, CAPTURE_NO_SESSION, CAPTURE_TOO_LARGE, CAPTURE_TRANSPORT, BoxDecision, CaptureFailure, StreamView,
-    ReadStructured, StructuredRead, box_facts, BoxFacts, ClearAnnotation, Done, InstallLogin, Memory, Observation, Performed, PostEvent,
+    PatchStatus, ReadStructured, StructuredRead, box_facts, describe, BoxFacts, ClearAnnotation, Done, InstallLogin, Memory, Observation, Performed, PostEvent,
     PressKey, PrintNotice, ReadUsage, RemoveLogin, Reserve, RunJournal, SendContinue, SwitchSubscription, TabView,
     UsageRead, decide, memory_from_status, record_to_status,
 )
@@ -25,93 +25,10 @@ from controller.domain.podstate import ContainerView
 from controller.domain.resume import JournalAction, Phase, Step, TabRecord, limit_key
 from controller.domain.rotation import Candidate
 from controller.domain.types import Detection, LimitKind, TabState, Usage, Window
-
-NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=timezone.utc)
-CLAUDE = BoxFacts("claude-code", "sub-a", provider="anthropic", continue_text="continue")
-CODEX = BoxFacts("codex", "sub-a", provider="openai", restarts=True, continue_text="continue", stop_to_switch=True)
-RUNNING = ContainerView(True, "ContainerRunning", "")
-
-
-def limited(resets_at: datetime | None = NOW - timedelta(minutes=1), **kw: Any) -> Detection:
-    base = dict(kind=LimitKind.USAGE, resets_at=resets_at, window="five_hour", prompt_text="",
-                evidence="You've hit your limit", detected_by="pattern:claude-code/hit-your-limit")
-    base.update(kw)
-    return Detection(TabState.RATE_LIMITED, **base)  # type: ignore[arg-type]
-
-
-IDLE = Detection(TabState.IDLE, prompt_text="", detected_by="pattern:idle")
-WORKING = Detection(TabState.WORKING, detected_by="pattern:working")
-
-
-def tab(det: Detection, name: str = "main", last_input: datetime | None = None, at_shell: bool = False,
-        screen: str = "screen") -> TabView:
-    return TabView(name, "@" + name, "%" + name, at_shell, screen, det, last_input)
-
-
-def sub(name: str, state: str = "Available", five: float | None = 10.0, provider: str = "anthropic",
-        until: datetime | None = None) -> Candidate:
-    return Candidate(name, provider, state, five_hour=five, weekly=5.0, until=until)
-
-
-def observe(*tabs: TabView, box: BoxFacts = CLAUDE, subs: tuple[Candidate, ...] = (sub("sub-a"),),
-            **kw: Any) -> Observation:
-    return Observation(box=box, pod=RUNNING, session=True, tabs=tabs, subscriptions=subs, **kw)
-
-
-def usage(percent: float, resets_at: datetime | None = NOW + timedelta(hours=4)) -> Usage:
-    return Usage({"five_hour": Window("five_hour", percent, resets_at)}, read_at=NOW)
-
-
-def due(name: str = "main", det: Detection | None = None) -> TabRecord:
-    """A tab whose limit was detected on an earlier pass and whose resume instant has passed."""
-    det = det or limited()
-    return TabRecord(name, Phase.RATE_LIMITED, limit_key=limit_key(det), resets_at=det.resets_at,
-                     resume_at=NOW - timedelta(seconds=5), window="five_hour", detected_by=det.detected_by)
-
-
-Responder = Callable[[Any], Any]
-
-
-def ok(action: Any) -> Any:
-    """Every blocking action succeeds: usage under 100 %, logins install, keys move the screen."""
-    if isinstance(action, ReadUsage):
-        return UsageRead(usage(20.0), NOW)
-    if isinstance(action, ReadStructured):
-        return StructuredRead(None)
-    if isinstance(action, (InstallLogin, SwitchSubscription)):
-        return Done(True)
-    if isinstance(action, SendContinue):
-        return tuple(Performed(t, True, "sent 'continue'", NOW) for t, _ in action.tabs)
-    if isinstance(action, RunJournal):
-        return Performed(action.tab, True, "done", NOW)
-    raise AssertionError(action)
-
-
-def run(obs: Observation, mem: Memory = Memory(), respond: Responder = ok, now: datetime = NOW
-        ) -> tuple[BoxDecision, list[BoxDecision]]:
-    """One pass: decide, answer the blocking actions, decide again until complete. Returns the last decision
-    and every intermediate one (the write-ahead snapshots)."""
-    results: dict[Any, Any] = {}
-    steps = []
-    for _ in range(12):
-        d = decide(replace(obs, results=dict(results)), mem, now)
-        steps.append(d)
-        if d.complete:
-            return d, steps
-        for action in d.actions:
-            if isinstance(action, BLOCKING) and action not in results:
-                results[action] = respond(action)
-    raise AssertionError("the decision never completed")
-
-
-def events(d: BoxDecision) -> list[tuple[str, str]]:
-    return [(a.type, a.reason) for a in d.actions if isinstance(a, PostEvent)]
-
-
-def cond(d: BoxDecision, type_: str) -> dict[str, Any]:
-    assert d.status is not None
-    return next(c for c in d.status.conditions if c["type"] == type_)
-
+from harness.decide_cases import (  # noqa: F401 - the shared builders (bench/decide.py uses them too)
+    CLAUDE, CODEX, IDLE, NOW, RUNNING, WORKING, Responder, cond, due, events, limited, observe, ok, run, sub, tab,
+    usage,
+)
 
 # ---------------------------------------------------------------------------------------------- resume
 def test_due_tab_is_resumed_after_a_usage_read_with_its_journal_written_ahead():
@@ -149,10 +66,11 @@ def test_reset_not_reached_per_usage_reschedules_without_sending():
 
 
 def test_failed_resume_asks_a_human():
-    fail = (lambda a: tuple(Performed(t, False, "sent 'continue' but the screen did not change", NOW)
+    fail = (lambda a: tuple(Performed(t, False, NOW, Step.ENTER, text="continue")
                             for t, _ in a.tabs) if isinstance(a, SendContinue) else ok(a))
     d, _ = run(observe(tab(limited())), Memory(records={"main": due()}), fail)
     assert d.tab_records["main"].phase == Phase.NEEDS_ATTENTION
+    assert d.tab_records["main"].message == "sent 'continue' but the screen did not change; a human should look"
     assert cond(d, C.COND_NEEDS_ATTENTION)["status"] == "True"
     assert ("Warning", C.R_RESUME_FAILED) in events(d)
 
@@ -566,3 +484,65 @@ def test_a_failed_structured_read_merges_nothing_and_keeps_the_files_problems():
     fixed, _ = run(observe(tab(IDLE), conditions=first.status.conditions), first.memory,  # type: ignore[union-attr]
                    structured(StructuredRead(None)))
     assert cond(fixed, C.COND_INPUT_IGNORED)["status"] == "False"
+
+
+# ---------------------------------------------------------------------------------------------- raw outcomes
+A = ("codex", "resume", "--last")
+
+
+@pytest.mark.parametrize("res,action,words", [
+    (Performed("t", True, NOW, Step.ENTER, text="continue"), JournalAction.CONTINUE, "sent 'continue'"),
+    (Performed("t", False, NOW, Step.ENTER, text="continue"), JournalAction.CONTINUE,
+     "sent 'continue' but the screen did not change"),
+    (Performed("t", True, NOW, Step.ENTER, True, "continue", A), JournalAction.CONTINUE,
+     "restarted with 'codex resume --last' and sent 'continue'"),
+    # A restart whose relaunch happened before a controller restart still says what it ran.
+    (Performed("t", False, NOW, Step.ENTER, False, "go", A), JournalAction.RESTART,
+     "restarted with 'codex resume --last' and sent 'go' but the screen did not change"),
+    (Performed("t", False, NOW, Step.INTERRUPT, keys=("C-c", "C-c")), JournalAction.RESTART,
+     "pressed C-c+C-c but the agent did not exit"),
+    (Performed("t", False, NOW, Step.AWAIT_AGENT, True, argv=A), JournalAction.RESTART,
+     "ran 'codex resume --last' but the agent's prompt did not come back"),
+    (Performed("t", False, NOW, Step.PRESS, text="1"), JournalAction.ANSWER_MENU, "pressed 1"),
+    (Performed("t", True, NOW, None), JournalAction.CONTINUE, "nothing left to send"),
+])
+def test_the_decision_words_what_a_journaled_action_did(res: Performed, action: JournalAction, words: str):
+    assert describe(res, action) == words
+
+
+def test_a_failed_restart_is_worded_in_the_tab_and_the_event():
+    fail = (lambda a: Performed(a.tab, False, NOW, Step.INTERRUPT, keys=("C-c", "C-c"))
+            if isinstance(a, RunJournal) else ok(a))
+    obs = observe(tab(limited()), box=CODEX, subs=(sub("sub-a", provider="openai"),))
+    d, _ = run(obs, Memory(records={"main": due()}), fail)
+    assert d.tab_records["main"].message == "pressed C-c+C-c but the agent did not exit; a human should look"
+    assert PostEvent("Warning", C.R_RESUME_FAILED, "Tab main: pressed C-c+C-c but the agent did not exit") in d.actions
+
+
+@pytest.mark.parametrize("installed,patch", [
+    (True, (("switch", None), ("subscription", "sub-b"))),  # finished: the box is on the new subscription
+    (False, (("switch", None),)),                           # given up: status.switch cleared, box unmoved
+])
+def test_a_switch_left_by_a_previous_controller_is_finished_once_and_status_says_so(installed: bool,
+                                                                                   patch: tuple[Any, ...]):
+    pending = {"to": "sub-b", "fromSubscription": "sub-a", "tabs": ["main"], "reason": "limit"}
+    obs = observe(tab(limited()), subs=(sub("sub-a"), sub("sub-b")), pending_switch=pending)
+    d, _ = run(obs, Memory(current="sub-a"),
+               lambda a: Done(installed) if isinstance(a, InstallLogin) else ok(a))
+    install = d.actions.index(InstallLogin("sub-b", "complete"))
+    assert d.actions[install + 1] == PatchStatus(patch)  # written right after the install, before any key
+    assert [a for a in d.actions if isinstance(a, PatchStatus)] == [PatchStatus(patch)]
+    assert d.memory.current == ("sub-b" if installed else "sub-a")
+
+
+def test_switch_patches_journal_the_switch_before_its_keys_and_clear_it_at_the_end():
+    from controller.domain.box import switch_patches
+
+    action = SwitchSubscription("sub-a", "sub-b", "x" * 2000, "limit", tuple(f"t{i}" for i in range(100)),
+                                (("t0", "%0"),), NOW)
+    started, installing, finished = switch_patches(action)
+    assert started["switch"]["step"] == "StopAgents" and started["switch"]["to"] == "sub-b"
+    assert started["switch"]["startedAt"] == "2026-03-02T12:00:00Z" and len(started["switch"]["tabs"]) == 64
+    assert len(started["switch"]["reason"]) <= 1024
+    assert installing["switch"] == {**started["switch"], "step": "InstallLogin"}
+    assert finished == {"subscription": "sub-b", "switch": None}

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Union
+from typing import Any, Union
 
-from controller.domain.resume import Journal
+from controller.domain.resume import Journal, Step
 from controller.domain.types import Usage
 
 
@@ -185,23 +185,49 @@ class StructuredRead:
 
 @dataclass(frozen=True)
 class Performed:
-    """Result of a journaled action on one tab: it moved on (`ok`), what was done, when it ended (UTC)."""
+    """Result of a journaled action on one tab, as raw facts (`controller.domain.box.describe` words them).
+
+    Attributes:
+        tab: the tab.
+        ok: the tab moved on (its screen changed after Enter or the key; for a journal with nothing left
+            to send, True).
+        at: when the action ended (UTC).
+        step: the journal step the action ended at: where it stopped (`Step.INTERRUPT`: the agent did not
+            exit; `Step.AWAIT_AGENT`: its prompt did not come back) or its last step (`Step.ENTER`,
+            `Step.PRESS`); None when nothing was left to send.
+        restarted: the agent was relaunched in this action (`Step.RELAUNCH` or `Step.AWAIT_AGENT` performed).
+        text: the text typed (or the key pressed at `Step.PRESS`).
+        argv: the restart argv typed at the shell (the adapter's), () when none.
+        keys: the interrupt keys pressed (the adapter's), () when none.
+    """
 
     tab: str
     ok: bool
-    how: str
     at: datetime
+    step: Step | None = None
+    restarted: bool = False
+    text: str = ""
+    argv: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    """Write these status fields now, through the box's one status writer (a field None removes it);
+    `fields` are (name, value) pairs in order."""
+
+    fields: tuple[tuple[str, Any], ...]
 
 
 @dataclass(frozen=True)
 class Done:
-    """Result of `InstallLogin` / `SwitchSubscription`."""
+    """Result of `InstallLogin` / `SwitchSubscription` / `DeletePod`: it was done (`ok`)."""
 
     ok: bool
 
 
-Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, ReadUsage, ReadStructured,
-            InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod]
+Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, PatchStatus, ReadUsage,
+            ReadStructured, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod]
 BLOCKING = (ReadUsage, ReadStructured, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod)
 """Actions whose result the decision needs (`Observation.results`)."""
 JOURNALED = (SendContinue, RunJournal)

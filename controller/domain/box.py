@@ -31,8 +31,8 @@ from typing import Any, Mapping, Protocol, Sequence
 from controller import constants as C
 from controller.conditions import rfc3339, set_condition
 from controller.domain.actions import (  # noqa: F401 - the action types are part of this module's interface
-    BLOCKING, JOURNALED, Act, ClearAnnotation, Count, CreatePod, DeletePod, Done, InstallLogin, PodCreated,
-    Performed, PostEvent, PressKey, PrintNotice, ReadStructured, ReadUsage, RemoveLogin, RunJournal, SendContinue,
+    BLOCKING, JOURNALED, Act, ClearAnnotation, Count, CreatePod, DeletePod, Done, InstallLogin, PatchStatus,
+    PodCreated, Performed, PostEvent, PressKey, PrintNotice, ReadStructured, ReadUsage, RemoveLogin, RunJournal, SendContinue,
     StructuredRead, SwitchSubscription, UsageRead,
 )
 from controller.domain.podheal import decide_pod
@@ -494,6 +494,35 @@ def reserve_from(sub: Mapping[str, Any]) -> Reserve:
     return Reserve(reserve.get("fiveHourPercent") or 0, reserve.get("weeklyPercent") or 0)
 
 
+def describe(res: Performed, action: JournalAction) -> str:
+    """What a journaled action did, in words (Events, tab messages): from its raw outcome `res` and the
+    journal's `action` (a restart-and-continue says what it ran even when the relaunch happened before a
+    controller restart)."""
+    if res.step is None:
+        return "nothing left to send"
+    if res.step == Step.INTERRUPT:
+        return f"pressed {'+'.join(res.keys)} but the agent did not exit"
+    if res.step in (Step.AWAIT_AGENT, Step.RELAUNCH):
+        return f"ran '{' '.join(res.argv)}' but the agent's prompt did not come back"
+    if res.step == Step.PRESS:
+        return f"pressed {res.text}"
+    how = (f"restarted with '{' '.join(res.argv)}' and sent '{res.text}'"
+           if res.restarted or action == JournalAction.RESTART else f"sent '{res.text}'")
+    return how if res.ok else f"{how} but the screen did not change"
+
+
+def switch_patches(action: SwitchSubscription) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The status patches of a switch (`SwitchSubscription`), written in order: the journal at its first
+    step (before the agents are stopped), at `InstallLogin` (before the new login is written), and the
+    end (the new subscription, no journal). A controller killed in between finds status.switch and
+    completes it (`_complete_switch`)."""
+    journal = {"to": action.new, "fromSubscription": action.old, "step": "StopAgents",
+               "startedAt": rfc3339(action.started_at), "tabs": list(action.limited)[:64],
+               "reason": bounded(action.reason, 1024)}
+    return ({"switch": journal}, {"switch": {**journal, "step": "InstallLogin"}},
+            {"subscription": action.new, "switch": None})
+
+
 # ============================================================================ decide
 class _Blocked(Exception):
     """A blocking action has no result yet: the decision stops here."""
@@ -840,6 +869,8 @@ def _complete_switch(p: _Pass, dets: dict[str, Detection]) -> dict[str, Detectio
     sw = p.obs.pending_switch or {}
     to = str(sw.get("to"))
     done: Done = p.ask(InstallLogin(to, "complete"))
+    # Finished (or given up) now, once: status.switch is cleared; the box moves only with its new login.
+    p.actions.append(PatchStatus((("switch", None),) + ((("subscription", to),) if done.ok else ())))
     if not done.ok:
         p.event("Warning", "SwitchFailed", f"Cannot finish the switch to {to}: its login Secret is missing or invalid")
         return dets
@@ -1019,7 +1050,7 @@ def _reserve_restore(p: _Pass, dets: dict[str, Detection]) -> None:
     for action, res in zip(resumes, results):
         p.records[action.tab] = replace(p.records[action.tab], journal=None)
         p.event("Normal" if res.ok else "Warning", "Resumed" if res.ok else C.R_RESUME_FAILED,
-                f"Tab {action.tab}: {res.how} after the reserve lifted")
+                f"Tab {action.tab}: {describe(res, action.journal.action)} after the reserve lifted")
 
 
 # ---------------------------------------------------------------------------- tabs
@@ -1150,15 +1181,16 @@ def _recovered(p: _Pass, tab: TabView, action: RunJournal, what: str, reason: st
         p.wake[tab.name] = p.now + timedelta(seconds=1)
         return
     p.count("RESUMES", "$ns", "$name", p.obs.box.agent, "ok" if res.ok else "no_effect")
+    how = describe(res, action.journal.action)
     if res.ok:
-        p.event("Normal", "Resumed", f"Tab {tab.name}: {res.how} after the usage limit reset "
+        p.event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset "
                 f"(completed after a controller restart: {reason})")
         p.records[tab.name] = replace(rec, phase=Phase.RESUMING, sent_for=action.journal.for_key or rec.sent_for,
-                                      sent_at=res.at, message=f"Resumed: {res.how}")
+                                      sent_at=res.at, message=f"Resumed: {how}")
         p.wake[tab.name] = settle
         return
-    p.event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {res.how}")
-    p.records[tab.name] = replace(rec, phase=Phase.NEEDS_ATTENTION, message=f"{res.how}; a human should look")
+    p.event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
+    p.records[tab.name] = replace(rec, phase=Phase.NEEDS_ATTENTION, message=f"{how}; a human should look")
     p.wake[tab.name] = None
 
 
@@ -1195,6 +1227,7 @@ def _resume_due(p: _Pass, due: list[TabView]) -> None:
         rec = p.records[tab.name]
         p.records[tab.name] = replace(rec, journal=replace(p.resume_journal(rec.sent_for), started_at=now,
                                                            step_at=now))
+    journal_action = JournalAction.RESTART if box.restarts else JournalAction.CONTINUE
     if box.restarts:
         actions = [RunJournal(t.name, t.pane, p.records[t.name].journal, "resume") for t in sending]  # type: ignore[arg-type]
         results: list[Performed] = p.ask_all(list(actions))
@@ -1205,17 +1238,18 @@ def _resume_due(p: _Pass, due: list[TabView]) -> None:
     for tab, res in zip(sending, results):
         p.count("RESUMES", "$ns", "$name", box.agent, "ok" if res.ok else "no_effect")
         rec = replace(p.records[tab.name], journal=None)
+        how = describe(res, journal_action)
         if res.ok:
             # Said when the reset could not be confirmed (usage API down, refused, throttled): the tab was
             # resumed on the screen's reset time, late rather than never.
             unconfirmed = "" if read.usage is not None else (
                 " (the usage API could not be read; resumed on the screen's reset time; see the "
                 "Subscription's UsageFetched condition)")
-            p.event("Normal", "Resumed", f"Tab {tab.name}: {res.how} after the usage limit reset{unconfirmed}")
-            p.records[tab.name] = replace(rec, message=f"Resumed: {res.how}")
+            p.event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset{unconfirmed}")
+            p.records[tab.name] = replace(rec, message=f"Resumed: {how}")
         else:
-            p.event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {res.how}")
-            p.records[tab.name] = replace(rec, phase=Phase.NEEDS_ATTENTION, message=f"{res.how}; a human should look")
+            p.event("Warning", C.R_RESUME_FAILED, f"Tab {tab.name}: {how}")
+            p.records[tab.name] = replace(rec, phase=Phase.NEEDS_ATTENTION, message=f"{how}; a human should look")
             p.wake[tab.name] = None
 
 

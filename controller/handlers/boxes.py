@@ -15,24 +15,23 @@ from controller.handlers.daemons import existence_check, poster, run_passes
 from controller.events import ObjectRef
 from controller.runtime import Runtime
 from controller.service.boxes import reconcile_box
-from controller.service.status import StatusWriter
 from controller.service.tabs import BoxWatcher
 
 
 @kopf.on.resume(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
 @kopf.on.create(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
 @kopf.on.update(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
-async def reconcile(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
-    """Create the box credentials Secret and pod; report conditions; wake the tab watcher."""
+async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Create the box credentials Secret and pod; report status through the box's one status writer (shared
+    with its tab watcher: fields and Ready in one patch, conditions merged by type); wake the tab watcher."""
     rt: Runtime = memo.runtime
     outcome = await reconcile_box(dict(body), rt)
     post = poster(memo, body)
     for type_, reason, message in outcome.events:
         post(type_, reason, message)
-    patch.status.update(outcome.status)
-    writer = StatusWriter(rt.kube, C.AGENTBOX_PLURAL, body.metadata.namespace, body.metadata.name, rt.clock)
+    writer = rt.status_writer(body.metadata.namespace, body.metadata.name)
     writer.seen(body)
-    await writer.write({}, outcome.conditions)  # Ready only, merged by type
+    await writer.write(outcome.status, outcome.conditions)
     rt.wakeup(body.metadata.namespace, body.metadata.name).set()
     if outcome.retry_after:
         raise kopf.TemporaryError(outcome.events[-1][2] if outcome.events else "retrying", delay=outcome.retry_after)
@@ -45,7 +44,9 @@ def _deleted(type: str, **_: Any) -> bool:  # noqa: A002 - kopf passes the watch
 @kopf.on.event(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="box-gone", when=_deleted, registry=REGISTRY)
 async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A deleted box (no finalizer holds it): wake its tab watcher, which sees it gone and stops."""
-    event = memo.runtime.wakeups.get((body.metadata.namespace, body.metadata.name))
+    key = (body.metadata.namespace, body.metadata.name)
+    memo.runtime.status_writers.pop(key, None)
+    event = memo.runtime.wakeups.get(key)
     if event is not None:
         event.set()
 
@@ -101,5 +102,6 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     finally:
         await watcher.aclose()
         rt.wakeups.pop((ns, name), None)
+        rt.status_writers.pop((ns, name), None)
         metrics.forget_box(ns, name)
         rt.events.forget(ObjectRef.of(body))  # deleted, or the process stops: its Event memory goes too

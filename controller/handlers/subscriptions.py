@@ -13,20 +13,21 @@ from controller import constants as C
 from controller import metrics
 from controller.handlers.daemons import existence_check, poster, run_passes
 from controller.runtime import Runtime
+from controller.service.status import forget_writer
 from controller.service.subscriptions import SubscriptionReader, validate_subscription, wake_boxes
 
 
 @kopf.on.resume(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription", registry=REGISTRY)
 @kopf.on.create(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription", registry=REGISTRY)
 @kopf.on.update(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription", registry=REGISTRY)
-async def validate(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
-    """Check the Secret and login file; set CredentialsValid and the threshold sentence."""
+async def validate(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Check the Secret and login file; CredentialsValid and the threshold sentence are written by the
+    service through the Subscription's one status writer (never through kopf's patch)."""
     rt: Runtime = memo.runtime
-    status, events = await validate_subscription(dict(body), rt)
+    events = await validate_subscription(dict(body), rt)
     post = poster(memo, body)
     for type_, reason, message in events:
         post(type_, reason, message)
-    patch.status.update(status)
     rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name).set()
 
 
@@ -42,6 +43,7 @@ async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     event = rt.wakeups.get((C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name))
     if event is not None:
         event.set()
+    forget_writer(rt, C.SUBSCRIPTION_PLURAL, body.metadata.namespace, body.metadata.name)
     wake_boxes(rt, body.metadata.namespace)
 
 
@@ -59,4 +61,5 @@ async def read_usage(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
                          existence_check(rt, C.SUBSCRIPTION_PLURAL, ns, name, body.metadata.uid))
     finally:
         rt.wakeups.pop((C.SUBSCRIPTION_PLURAL + "/" + ns, name), None)
+        forget_writer(rt, C.SUBSCRIPTION_PLURAL, ns, name)
         metrics.forget_subscription(ns, name)

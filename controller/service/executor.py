@@ -19,15 +19,14 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from controller import constants as C
 from controller import metrics
-from controller.conditions import rfc3339
 from controller.domain.box import (
     BLOCKING, JOURNALED, Act, BoxDecision, BoxStatus, ClearAnnotation, Count, CreatePod, DeletePod, Done,
-    InstallLogin, PodCreated, Performed, PostEvent, PressKey, PrintNotice, ReadStructured, ReadUsage, RemoveLogin,
-    RunJournal, SendContinue, StructuredRead, SwitchSubscription, UsageRead, record_to_status,
+    InstallLogin, PatchStatus, PodCreated, Performed, PostEvent, PressKey, PrintNotice, ReadStructured, ReadUsage,
+    RemoveLogin, RunJournal, SendContinue, StructuredRead, SwitchSubscription, UsageRead, record_to_status,
+    switch_patches,
 )
-from controller.domain.resume import Journal, JournalAction, Step, TabRecord
+from controller.domain.resume import Journal, Step, TabRecord
 from controller.kube.objects import make_box_secret
-from controller.redact import bounded
 from controller.service import boxfiles
 from controller.terminal import tmux
 from controller.terminal.session import BoxTerminal
@@ -64,7 +63,7 @@ class Executor:
     def __init__(self, rt: Any, namespace: str, name: str, uid: str | None, adapter: Any, term: BoxTerminal,
                  post_event: Callable[[str, str, str], None], flush: Flush,
                  screen_ready: Callable[[str], Awaitable[bool]], tabs: Mapping[str, Any],
-                 body: Mapping[str, Any] | None = None, write_fields: WriteFields | None = None) -> None:
+                 body: Mapping[str, Any] | None, write_fields: WriteFields) -> None:
         self.rt, self.namespace, self.name, self.uid = rt, namespace, name, uid
         self.adapter, self.term, self.post_event, self.flush = adapter, term, post_event, flush
         self.screen_ready = screen_ready
@@ -130,6 +129,8 @@ class Executor:
                 await boxfiles.remove_login(self.term.exec_fn, self.adapter)
             except boxfiles.BoxFileError as exc:
                 log.warning("Box %s/%s: %s", self.namespace, self.name, exc)
+        elif isinstance(action, PatchStatus):
+            await self._write(dict(action.fields))
         elif isinstance(action, ClearAnnotation):
             await self.rt.kube.patch_annotations(C.AGENTBOX_PLURAL, self.namespace, self.name, {action.key: None})
         else:  # pragma: no cover - every action type is handled above or in _blocking
@@ -147,10 +148,9 @@ class Executor:
         if isinstance(action, SendContinue):
             moved = await self._continue_batch(action)
             at = self.rt.clock()
-            return tuple(Performed(tab, ok, how, at) for (tab, _), (ok, how) in zip(action.tabs, moved))
+            return tuple(Performed(tab, ok, at, Step.ENTER, text=action.text) for (tab, _), ok in zip(action.tabs, moved))
         if isinstance(action, RunJournal):
-            ok, how = await self.perform(action.tab, action.pane, action.journal)
-            return Performed(action.tab, ok, how, self.rt.clock())
+            return await self.perform(action.tab, action.pane, action.journal)
         if isinstance(action, DeletePod):
             return Done(bool(await self.rt.kube.delete_pod(self.namespace, action.name, action.uid)))
         if isinstance(action, CreatePod):
@@ -175,10 +175,8 @@ class Executor:
             await self.flush(replace(self._status, fields={**self._status.fields, "tabs": tabs}))
 
     async def _write(self, fields: dict[str, Any]) -> None:
-        if self.write_fields is not None:
-            await self.write_fields(fields)
-        else:
-            await self.rt.kube.patch_status(C.AGENTBOX_PLURAL, self.namespace, self.name, fields)
+        """Write status fields now through the box's one status writer."""
+        await self.write_fields(fields)
 
     # ------------------------------------------------------------------ logins and usage
     async def _login(self, subscription: str) -> tuple[str, str, Any] | None:
@@ -223,13 +221,8 @@ class Executor:
         return StructuredRead(usage, source, tuple(problems))
 
     async def _install(self, action: InstallLogin) -> Done:
+        """Install the subscription's login in the box (Secret and live file); not ok when it is unusable."""
         login = await self._login(action.subscription)
-        if action.why == "complete":
-            # The switch a previous controller left in status.switch: finished (or given up) now, once.
-            if login is not None:
-                await self._put_login(login[1])
-            await self._write({"switch": None, **({"subscription": action.subscription} if login else {})})
-            return Done(login is not None)
         if login is None:
             return Done(False)
         await self._put_login(login[1])
@@ -241,15 +234,13 @@ class Executor:
         login = await self._login(action.new)
         if login is None:
             return Done(False)
-        journal = {"to": action.new, "fromSubscription": action.old, "step": "StopAgents",
-                   "startedAt": rfc3339(action.started_at), "tabs": list(action.limited)[:64],
-                   "reason": bounded(action.reason, 1024)}
-        await self._write({"switch": journal})
+        started, installing, finished = switch_patches(action)
+        await self._write(started)
         for _, pane in action.stop:
             await self._press(pane, self.adapter.interrupt_keys)
-        await self._write({"switch": {**journal, "step": "InstallLogin"}})
+        await self._write(installing)
         await self._put_login(login[1])
-        await self._write({"subscription": action.new, "switch": None})
+        await self._write(finished)
         return Done(True)
 
     # ------------------------------------------------------------------ keys
@@ -260,7 +251,7 @@ class Executor:
                 await asyncio.sleep(self.rt.settings.send_pause_s)
             await self.term.press(pane, key)
 
-    async def _continue_batch(self, action: SendContinue) -> list[tuple[bool, str]]:
+    async def _continue_batch(self, action: SendContinue) -> list[bool]:
         """Type the text into several panes in one tmux call, write the journals' Enter step ahead, pause,
         press Enter in all of them in a second call, then wait until each pane changed."""
         term, text = self.term, action.text
@@ -285,19 +276,23 @@ class Executor:
             return len(moved) == len(tabs)
 
         await term.wait_until(all_moved, self.rt.settings.verify_timeout_s)
-        how = f"sent '{text}'"
-        return [(t.id in moved, how if t.id in moved else f"{how} but the screen did not change") for t in tabs]
+        return [t.id in moved for t in tabs]
 
-    async def perform(self, tab: str, pane: str, journal: Journal) -> tuple[bool, str]:
+    async def perform(self, tab: str, pane: str, journal: Journal) -> Performed:
         """Perform `journal`'s steps from its current one (already written), each further step written to
-        status before its keys are sent. Returns (the tab moved on, what was done).
+        status before its keys are sent. Returns the raw outcome (`Performed`: moved on or not, the step it
+        stopped or ended at, what was run and typed; `controller.domain.box.describe` words it).
 
         Raises whatever the exec or the status write raises; the journal then stays in status and the next
         pass (or a restarted controller) completes it from the step it reached.
         """
         term, s = self.term, self.rt.settings
-        restart_argv = list(self.adapter.restart_argv or [])
+        argv = tuple(self.adapter.restart_argv or ())
+        keys = tuple(self.adapter.interrupt_keys)
         text = journal.text or self.adapter.continue_text
+
+        def outcome(ok: bool, step: Step | None, restarted: bool) -> Performed:
+            return Performed(tab, ok, self.rt.clock(), step, restarted, text, argv, keys)
 
         async def at_shell() -> bool:
             return (await term.foreground(pane)).lstrip("-") in tmux.SHELLS
@@ -310,34 +305,26 @@ class Executor:
             if i:
                 await self._advance([tab], step)
             if step == Step.INTERRUPT:
-                await self._press(pane, self.adapter.interrupt_keys)
+                await self._press(pane, keys)
                 if not await term.wait_until(at_shell, s.restart_timeout_s):
-                    return False, f"pressed {'+'.join(self.adapter.interrupt_keys)} but the agent did not exit"
+                    return outcome(False, step, restarted)
             elif step == Step.RELAUNCH:
                 # One tmux call (text, then Enter): a shell takes no paste, and the step is then all or nothing.
-                await term.run(tmux.send_text_argv(pane, shlex.join(restart_argv))
+                await term.run(tmux.send_text_argv(pane, shlex.join(argv))
                                + [";"] + tmux.send_key_argv(pane, "Enter")[1:])
                 restarted = True
             elif step == Step.AWAIT_AGENT:
                 restarted = True
                 if not await term.wait_until(agent_ready, s.restart_timeout_s):
-                    return False, f"ran '{' '.join(restart_argv)}' but the agent's prompt did not come back"
+                    return outcome(False, step, restarted)
             elif step == Step.TYPE:
                 await term.run(tmux.send_text_argv(pane, text))
                 await asyncio.sleep(s.send_pause_s)
-            elif step == Step.ENTER:
+            elif step in (Step.ENTER, Step.PRESS):
                 before = await term.capture(pane)
-                await term.press(pane, "Enter")
-                moved = await term.wait_changed(pane, before, s.verify_timeout_s)
-                how = (f"restarted with '{' '.join(restart_argv)}' and sent '{text}'"
-                       if restarted or journal.action == JournalAction.RESTART else f"sent '{text}'")
-                return moved, how if moved else f"{how} but the screen did not change"
-            elif step == Step.PRESS:
-                before = await term.capture(pane)
-                await term.press(pane, text)
-                moved = await term.wait_changed(pane, before, s.verify_timeout_s)
-                return moved, f"pressed {text}"
-        return True, "nothing left to send"
+                await term.press(pane, "Enter" if step == Step.ENTER else text)
+                return outcome(await term.wait_changed(pane, before, s.verify_timeout_s), step, restarted)
+        return outcome(True, None, restarted)
 
 
 def _journal_tabs(action: Act) -> list[str]:

@@ -1,7 +1,12 @@
-"""The one login loader: a Subscription's login file from its Secret, parsed, with the reason it is unusable.
+"""The one login loader: every login the controller reads, from a Secret or out of a box, is read and parsed
+here, with the reason it is unusable.
 
-Used by the Subscription's validation and login keeper, the box reconcile (the box credentials Secret is
-copied from it) and the tab watcher (rotation, the reserve's restore, the usage re-read at a reset).
+- :func:`load_login` / :func:`load_login_of`: a Subscription's login file from its Secret (the Subscription's
+  validation, its usage reader and login keeper, the box reconcile, the tab watcher's rotation, reserve
+  restore and usage re-read at a reset).
+- :func:`load_box_login`: the login a box's credentials Secret holds (the keeper's check for stale boxes).
+- :func:`parse_held_login`: a login file read out of a box's container (the keeper's read-back); untrusted.
+
 Messages name the field and the Secret, never a value (:mod:`controller.providers.credentials` says why a
 file is unusable without quoting it).
 """
@@ -14,6 +19,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller import constants as C
+from controller.agents.registry import login_adapter
+from controller.kube.objects import secret_name
 from controller.models import SubscriptionSpec, validation_message
 from controller.providers.credentials import InvalidLogin, Login, parse_login
 
@@ -88,6 +95,45 @@ async def load_login_of(kube: Any, namespace: str, name: str) -> LoadedLogin:
         return LoadedLogin("", None, None, C.R_SUBSCRIPTION_NOT_FOUND,
                            f"Subscription {name!r} is invalid: {validation_message(exc)}")
     return await load_login(kube, namespace, spec, prefix=f"Subscription {name!r} ")
+
+
+async def load_box_login(kube: Any, namespace: str, box: str, provider: str) -> LoadedLogin:
+    """The login a box's credentials Secret (``<box>-credentials``, the key of ``provider``'s agent, e.g.
+    ``credentials.json``) holds, parsed. The Secret is the controller's own copy, but what it holds may have
+    been pushed from anywhere: it is parsed as untrusted (:func:`parse_held_login`).
+
+    Returns:
+        :class:`LoadedLogin` with ``reason`` ``Reconciled`` (usable), ``SecretNotFound``, ``SecretKeyMissing``
+        or ``InvalidLogin``; messages name the Secret and key, never a value.
+
+    Raises:
+        UnknownAgent: no agent runs on ``provider``.
+        Whatever the Kubernetes store raises for errors other than 404.
+    """
+    name, key = secret_name(box), login_adapter(provider).secret_key or ""
+    exists, text = await kube.get_secret_value(namespace, name, key)
+    if not exists:
+        return LoadedLogin(provider, None, None, C.R_SECRET_NOT_FOUND, f"Secret {name!r} not found")
+    if text is None:
+        return LoadedLogin(provider, None, None, C.R_SECRET_KEY_MISSING, f"Secret {name!r} has no key {key!r}")
+    login = parse_held_login(provider, text)
+    if login is None:
+        return LoadedLogin(provider, text, None, C.R_INVALID_LOGIN, f"the login file in Secret {name!r} key "
+                           f"{key!r} is unusable")
+    return LoadedLogin(provider, text, login, C.R_RECONCILED, "Login file is valid")
+
+
+def parse_held_login(provider: str, text: str | None) -> Login | None:
+    """A login file that came out of a box (its live file read back, its credentials Secret): parsed and
+    validated as the Subscription's are (:func:`controller.providers.credentials.parse_login`), None when
+    absent or unusable. Nothing in it is trusted beyond its shape: who owns it is for the provider to say.
+    """
+    if not text:
+        return None
+    try:
+        return parse_login(provider, text)
+    except InvalidLogin:
+        return None
 
 
 class SharedLogins:

@@ -54,7 +54,9 @@ from controller import metrics
 from controller.agents.adapter import LOGIN_FILE_MISSING_RC
 from controller.agents.registry import login_adapter
 from controller.conditions import set_condition
-from controller.providers.credentials import InvalidLogin, Login, parse_login, token_fingerprint
+from controller.providers.credentials import Login, parse_login, token_fingerprint
+from controller.service.loginload import LoadedLogin, load_box_login, parse_held_login
+from controller.service.status import StatusWriter, subscription_writer
 
 log = logging.getLogger("agentbox.logins")
 
@@ -73,11 +75,14 @@ class KeepResult:
         login: the login to read usage with; None when the keeper set the state itself (Disconnected).
         status: the Subscription status with the keeper's condition set (the reader builds on it).
         delay: seconds until the keeper needs the next tick.
+        conditions: the conditions the keeper set this tick (``LoginRefreshed``), for the reader's one
+            write through the Subscription's status writer; types it did not set are left as stored.
     """
 
     login: Login | None
     status: dict[str, Any]
     delay: float
+    conditions: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -120,24 +125,38 @@ class LoginKeeper:
     _last_boxes: list[_Box] = field(default_factory=list)
     sent_candidates: set[str] = field(default_factory=set)   # candidate refresh tokens sent (never sent twice)
     secret_fp: str | None = None           # refresh token of the Subscription's login at this tick
+    _set_now: dict[str, dict[str, Any]] = field(default_factory=dict)  # conditions set by this tick, by type
 
     @property
     def marker(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     # ------------------------------------------------------------------ the tick
-    async def tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
+    async def tick(self, spec: Any, loaded: LoadedLogin, status: dict[str, Any]) -> KeepResult:
         """Refresh / adopt / propagate as due. Never raises: trouble (API server, pods) is logged and
         retried after ``login_retry_s`` with the current login kept for the usage read (none while the
-        provider refuses this login: the subscription stays Disconnected)."""
+        provider refuses this login: the subscription stays Disconnected).
+
+        Args:
+            spec: the Subscription's validated spec.
+            loaded: its login as the one loader read it this pass (:func:`controller.service.loginload.load_login`;
+                usable: ``text`` and ``login`` set). The keeper reads the Secret no second time.
+            status: the Subscription's stored status.
+        """
+        if loaded.login is None or loaded.text is None:
+            return KeepResult(loaded.login, status, self.rt.settings.usage_interval_s)
+        login = loaded.login
+        self._set_now = {}
         try:
-            return await self._tick(spec, login, status)
+            kept = await self._tick(spec, login, loaded.text, status)
+            kept.conditions = tuple(self._set_now.values())
+            return kept
         except Exception as exc:  # noqa: BLE001
             log.warning("Subscription %s: login keeping failed (%s); retrying", self.marker, type(exc).__name__)
             refused = self.refused_fp is not None and token_fingerprint(login.refresh_token) == self.refused_fp
             return KeepResult(None if refused else login, status, self.rt.settings.login_retry_s)
 
-    async def _tick(self, spec: Any, login: Login, status: dict[str, Any]) -> KeepResult:
+    async def _tick(self, spec: Any, login: Login, text: str, status: dict[str, Any]) -> KeepResult:
         st = self.rt.settings
         now = self.rt.clock()
         far = st.usage_interval_s
@@ -145,9 +164,6 @@ class LoginKeeper:
             return KeepResult(login, status, far)
         provider = spec.provider
         ref = spec.credentials_secret_ref
-        _, text = await self.rt.kube.get_secret_value(self.namespace, ref.name, ref.key)
-        if text is None:
-            return KeepResult(login, status, far)
         gen = status.get("observedGeneration")
         fp = token_fingerprint(login.refresh_token)
         self.secret_fp = fp
@@ -192,10 +208,10 @@ class LoginKeeper:
                 # A newer login sits in a box but the provider could not be asked whose it is: neither
                 # adopt it nor spend our refresh token (it may be spent already); ask again soon.
                 self._backoff(login, now)
-                conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
-                                      "IdentityCheckFailed", "A box holds a newer login; the provider could not "
-                                      "confirm its account yet; retrying, the current login stays in use", now, gen)
-                return KeepResult(login, {**status, "conditions": conds},
+                status = self._set(status, COND_LOGIN_REFRESHED, False, "IdentityCheckFailed",
+                                   "A box holds a newer login; the provider could not confirm its account yet; "
+                                   "retrying, the current login stays in use", now, gen)
+                return KeepResult(login, status,
                                   max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
             else:
                 outcome = await self._refresh(provider, login, text, ref, now)
@@ -207,10 +223,10 @@ class LoginKeeper:
                 if outcome == "lost":                 # keep the current access token until it expires
                     return KeepResult(login, self._lost_status(login, status, ref, now, gen), far)
                 if outcome == "error":                # unavailable: keep the old login, retry later
-                    conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False,
-                                          "RefreshFailed", f"Login refresh failed {self.failures} time(s); "
-                                          "retrying, the current login stays in use", now, gen)
-                    return KeepResult(login, {**status, "conditions": conds},
+                    status = self._set(status, COND_LOGIN_REFRESHED, False, "RefreshFailed",
+                                       f"Login refresh failed {self.failures} time(s); retrying, the current login "
+                                       "stays in use", now, gen)
+                    return KeepResult(login, status,
                                       max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
                 assert isinstance(outcome, tuple)
                 login, text = outcome
@@ -218,17 +234,23 @@ class LoginKeeper:
             await self.propagate(provider, text, only=set(self.unsynced))
         else:
             await self._sync_stale(provider, login, text)
-        conds = status.get("conditions") or []
         if self.refreshes or self.adopted:
-            conds = set_condition(conds, COND_LOGIN_REFRESHED, True, "Refreshed",
-                                  f"Login renewed by the controller; expires {login.expires_at:%Y-%m-%d %H:%M:%S} UTC",
-                                  now, gen)
+            status = self._set(status, COND_LOGIN_REFRESHED, True, "Refreshed",
+                               f"Login renewed by the controller; expires {login.expires_at:%Y-%m-%d %H:%M:%S} UTC",
+                               now, gen)
         delay = (self._due_at(login) - self.rt.clock()).total_seconds()
         if self.unsynced:
             delay = min(delay, st.login_retry_s)
         if login.expires_at is not None:
             metrics.LOGIN_EXPIRY.labels(self.namespace, self.name).set(login.expires_at.timestamp())
-        return KeepResult(login, {**status, "conditions": conds}, max(0.5, min(delay, far)))
+        return KeepResult(login, status, max(0.5, min(delay, far)))
+
+    def _set(self, status: dict[str, Any], type_: str, ok: bool, reason: str, message: str, now: datetime,
+             gen: Any) -> dict[str, Any]:
+        """``status`` with the condition set, and the condition recorded as set by the keeper this tick."""
+        conds = set_condition(status.get("conditions") or [], type_, ok, reason, message, now, gen)
+        self._set_now[type_] = next(c for c in conds if c.get("type") == type_)
+        return {**status, "conditions": conds}
 
     async def _disconnected(self, status: dict[str, Any], ref: Any, now: datetime, gen: Any) -> dict[str, Any]:
         """The refused state, written whenever the stored status differs (level-triggered: a failed
@@ -246,7 +268,10 @@ class LoginKeeper:
         want = {"state": "Disconnected", "conditions": conds, "message": "Login refresh refused by the provider"}
         if (status.get("state") != "Disconnected" or conds != current or status.get(IN_FLIGHT_KEY)
                 or status.get("message") != want["message"]):
-            await self._patch({**want, IN_FLIGHT_KEY: None})
+            writer = self._writer()
+            writer.forget()  # level-triggered: written whenever the stored status differs, even if sent before
+            await writer.write({"state": "Disconnected", "message": want["message"], IN_FLIGHT_KEY: None},
+                               [c for c in conds if c.get("type") in (COND_LOGIN_REFRESHED, C.COND_CREDENTIALS_VALID)])
             metrics.set_subscription_state(self.namespace, self.name, "Disconnected")
         return {**status, **want, IN_FLIGHT_KEY: None}
 
@@ -265,11 +290,10 @@ class LoginKeeper:
 
     def _lost_status(self, login: Login, status: dict[str, Any], ref: Any, now: datetime, gen: Any) -> dict[str, Any]:
         until = f"{login.expires_at:%Y-%m-%d %H:%M:%S} UTC" if login.expires_at else "it expires"
-        conds = set_condition(status.get("conditions") or [], COND_LOGIN_REFRESHED, False, "RefreshAnswerLost",
-                              "The answer to a login refresh was lost; its refresh token is not sent again (a "
-                              f"second use revokes every copy). The current access token works until {until}: "
-                              f"log in again and update the login Secret {ref.name!r}", now, gen)
-        return {**status, "conditions": conds}
+        return self._set(status, COND_LOGIN_REFRESHED, False, "RefreshAnswerLost",
+                         "The answer to a login refresh was lost; its refresh token is not sent again (a "
+                         f"second use revokes every copy). The current access token works until {until}: "
+                         f"log in again and update the login Secret {ref.name!r}", now, gen)
 
     def due_in(self, login: Login | None) -> float:
         """Seconds until ``login`` is due for a refresh (inf without a refresh token or expiry)."""
@@ -311,7 +335,9 @@ class LoginKeeper:
         st = self.rt.settings
         url = st.anthropic_token_url if provider == "anthropic" else st.openai_token_url
         fp = token_fingerprint(login.refresh_token)
-        await self._patch({IN_FLIGHT_KEY: f"sha256:{fp}"})   # fails: nothing sent, the tick retries
+        writer = self._writer()
+        writer.forget()  # the write-ahead mark is always sent, whatever was written before
+        await writer.write({IN_FLIGHT_KEY: f"sha256:{fp}"})   # fails: nothing sent, the tick retries
         notes: list[str] = []
         try:
             if self.session is not None:
@@ -369,7 +395,7 @@ class LoginKeeper:
         """Remove the write-ahead mark (best effort: a mark left behind names a token no longer in the
         Secret after a success, and only makes a restarted controller cautious after a failure)."""
         try:
-            await self._patch({IN_FLIGHT_KEY: None})
+            await self._writer().write({IN_FLIGHT_KEY: None})
         except Exception as exc:  # noqa: BLE001
             log.warning("Subscription %s: clearing refreshInFlight failed (%s)", self.marker, type(exc).__name__)
 
@@ -420,7 +446,7 @@ class LoginKeeper:
             self.identity_fp = fp  # the usage read reports the refused login
             return status
         if status.get("account") != ident:
-            await self._patch({"account": ident})
+            await self._writer().write({"account": ident})
             log.info("Subscription %s: account identity %s recorded", self.marker, ident)
         self.identity_fp = fp
         return {**status, "account": ident}
@@ -555,14 +581,11 @@ class LoginKeeper:
             return  # nothing renewed by this keeper yet: the boxes hold what they were given
         stale = []
         for box in await self._boxes(provider):
-            _, current = await self.rt.kube.get_secret_value(self.namespace, f"{box.name}-credentials",
-                                                             login_adapter(provider).secret_key)
-            try:
-                held = parse_login(provider, current) if current else None
-            except InvalidLogin:
-                held = None
+            current = await load_box_login(self.rt.kube, self.namespace, box.name, provider)
+            held = current.login
             if held is None or held.access_token != login.access_token:
-                if held is not None and self._newer(held, login) and self._same_account(provider, current, login):
+                if held is not None and self._newer(held, login) and \
+                        self._same_account(provider, current.text or "", login):
                     continue  # newer than ours: the read-back adopts it before the next refresh
                 stale.append(box.name)
         if stale:
@@ -575,10 +598,8 @@ class LoginKeeper:
 
     def _same_account(self, provider: str, text: str, login: Login) -> bool:
         if provider == "openai":
-            try:
-                return parse_login(provider, text).account_id == login.account_id
-            except InvalidLogin:
-                return False
+            held = parse_held_login(provider, text)
+            return held is not None and held.account_id == login.account_id
         try:
             data = json.loads(text)
         except ValueError:
@@ -616,10 +637,7 @@ class LoginKeeper:
 
         candidates: list[tuple[_Box, Login, str]] = []
         for box, live in zip(boxes, await asyncio.gather(*(read(b) for b in boxes))):
-            try:
-                held = parse_login(provider, live) if live else None
-            except InvalidLogin:
-                held = None
+            held = parse_held_login(provider, live)
             if held is None or held.access_token == login.access_token:
                 if held is not None:
                     self.refused_boxes.pop(box.name, None)  # holds the subscription's login again
@@ -703,6 +721,7 @@ class LoginKeeper:
                 base["last_refresh"] = other["last_refresh"][:64]
         return json.dumps(base)
 
-    async def _patch(self, status: dict[str, Any]) -> None:
-        await self.rt.kube.patch_status(C.SUBSCRIPTION_PLURAL, self.namespace, self.name, status)
+    def _writer(self) -> StatusWriter:
+        """The Subscription's one status writer (shared with its usage reader and validation)."""
+        return subscription_writer(self.rt, self.namespace, self.name)
 

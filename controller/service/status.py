@@ -1,6 +1,10 @@
-"""The one status writer of an AgentBox's watcher: one patch per pass, only when something changed, the
-watcher's conditions merged by type into the stored list (`controller.conditions.merge_conditions`) under
-optimistic concurrency, so the reconcile handler's conditions and the watcher's never overwrite each other.
+"""The one status writer per object: one patch per write, only when something changed, each writer's
+conditions merged by type into the stored list (`controller.conditions.merge_conditions`) under optimistic
+concurrency, so two writers' conditions never overwrite each other.
+
+An AgentBox's watcher writes through one (:mod:`controller.service.tabs`). A Subscription has exactly one,
+held in the runtime (:func:`subscription_writer`) and shared by its three writers: the validate handler
+(:func:`controller.service.subscriptions.validate_subscription`), the usage reader and the login keeper.
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Mapping
 
+from controller import constants as C
 from controller.conditions import merge_conditions
 from controller.kube.objects import Kube
 
@@ -85,6 +90,9 @@ class StatusWriter:
                     patch["conditions"] = merged
                 else:
                     patch.pop("conditions", None)
+                    if not patch:  # the stored conditions already say it and no field to write: no request
+                        self._last = key
+                        return False
                 out = await self.kube.patch_status_at(self.plural, self.namespace, self.name, patch,
                                                       rv if "conditions" in patch else None)
                 if out is False:
@@ -104,3 +112,29 @@ def _newer(a: str, b: str) -> bool:
         return int(a) > int(b)
     except ValueError:
         return False
+
+
+def writer_of(rt: Any, plural: str, namespace: str, name: str) -> StatusWriter:
+    """The one :class:`StatusWriter` of an object, held in the runtime (``rt.status_writers``) so that every
+    writer of that object in this process shares it (made on first use).
+
+    Args:
+        rt: :class:`controller.runtime.Runtime` (``kube``, ``clock``, ``status_writers``).
+        plural, namespace, name: the object (our group and version).
+    """
+    key = (plural, namespace, name)
+    writer = rt.status_writers.get(key)
+    if writer is None:
+        writer = rt.status_writers[key] = StatusWriter(rt.kube, plural, namespace, name, rt.clock)
+    return writer
+
+
+def forget_writer(rt: Any, plural: str, namespace: str, name: str) -> None:
+    """Drop an object's writer (the object was deleted, or its daemon stopped): nothing is held per object
+    that is gone."""
+    rt.status_writers.pop((plural, namespace, name), None)
+
+
+def subscription_writer(rt: Any, namespace: str, name: str) -> StatusWriter:
+    """The one status writer of the Subscription ``namespace/name`` (:func:`writer_of`)."""
+    return writer_of(rt, C.SUBSCRIPTION_PLURAL, namespace, name)

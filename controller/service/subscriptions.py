@@ -1,4 +1,6 @@
-"""Subscription service: login validation and the periodic usage read (one reader per subscription)."""
+"""Subscription service: login validation and the periodic usage read (one reader per subscription). Both,
+and the login keeper inside the reader, write status through the Subscription's one status writer
+(:func:`controller.service.status.subscription_writer`)."""
 
 from __future__ import annotations
 
@@ -18,31 +20,44 @@ from controller.models import SubscriptionSpec
 from controller.runtime import Runtime
 from controller.models import validation_message
 from controller.service.loginload import load_login
+from controller.service.status import subscription_writer
 
 log = logging.getLogger("agentbox.subscriptions")
 
 
-async def validate_subscription(body: dict[str, Any], rt: Runtime) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
-    """Validate a Subscription's spec and login; returns (status fields, events)."""
+def _condition(type_: str, ok: bool, reason: str, message: str, now: datetime, gen: int | None) -> dict[str, Any]:
+    """One metav1.Condition (message redacted and bounded by :func:`controller.conditions.set_condition`)."""
+    return set_condition([], type_, ok, reason, message, now, gen)[0]
+
+
+async def validate_subscription(body: dict[str, Any], rt: Runtime) -> list[tuple[str, str, str]]:
+    """Validate a Subscription's spec and login and write ``CredentialsValid``, ``observedGeneration`` and the
+    threshold sentence through the Subscription's one status writer (:func:`subscription_writer`; the other
+    writers' conditions are kept). Returns the events to post: (type, reason, message).
+
+    Raises:
+        Whatever the Kubernetes store raises for errors other than 404 (kopf retries the handler).
+    """
     meta = body["metadata"]
     gen = meta.get("generation")
-    status = body.get("status") or {}
     now = rt.clock()
+    writer = subscription_writer(rt, meta["namespace"], meta["name"])
+    writer.seen(body)
     try:
         spec = SubscriptionSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         msg = validation_message(exc)
-        conds = set_condition(status.get("conditions") or [], C.COND_CREDENTIALS_VALID, False, C.R_INVALID_SPEC, msg, now, gen)
-        return {"conditions": conds, "state": "Unknown", "observedGeneration": gen}, [("Warning", C.R_INVALID_SPEC, msg)]
+        await writer.write({"state": "Unknown", "observedGeneration": gen},
+                           [_condition(C.COND_CREDENTIALS_VALID, False, C.R_INVALID_SPEC, msg, now, gen)])
+        return [("Warning", C.R_INVALID_SPEC, msg)]
     loaded = await load_login(rt.kube, meta["namespace"], spec)
     login, reason, msg = loaded.login, loaded.reason, loaded.message
-    conds = set_condition(status.get("conditions") or [], C.COND_CREDENTIALS_VALID, login is not None, reason, msg, now, gen)
-    out = {"conditions": conds, "observedGeneration": gen,
-           "threshold": threshold_sentence(spec.reserve.five_hour_percent, spec.reserve.weekly_percent)}
     # `state` is written by the usage reader only: a value decided here from a stale body could
     # overwrite a fresher read (the reader runs concurrently).
-    events = [] if login is not None else [("Warning", reason, msg)]
-    return out, events
+    await writer.write({"observedGeneration": gen,
+                        "threshold": threshold_sentence(spec.reserve.five_hour_percent, spec.reserve.weekly_percent)},
+                       [_condition(C.COND_CREDENTIALS_VALID, login is not None, reason, msg, now, gen)])
+    return [] if login is not None else [("Warning", reason, msg)]
 
 
 def _window_status(w: Window) -> dict[str, Any]:
@@ -89,22 +104,26 @@ class SubscriptionReader:
         status = body.get("status") or {}
         gen = body["metadata"].get("generation")
         now = rt.clock()
+        subscription_writer(rt, self.namespace, self.name).seen(body)
+        keeper_conds: tuple[dict[str, Any], ...] = ()
         # The Secret may be created, fixed or removed after the Subscription: CredentialsValid follows
         # it here (the validate handler only runs when the Subscription itself changes).
         loaded = await load_login(rt.kube, self.namespace, spec)
         login, reason, msg = loaded.login, loaded.reason, loaded.message
         if login is not None:  # login lifecycle: refresh, store, propagate, read back (service/logins.py)
-            kept = await self.logins.tick(spec, login, status)
+            kept = await self.logins.tick(spec, loaded, status)
             login, status, self.login_delay = kept.login, kept.status, kept.delay
+            keeper_conds = kept.conditions
             if login is None:
                 return kept.delay
         current = status.get("conditions") or []
         base = set_condition(current, C.COND_CREDENTIALS_VALID, login is not None, reason, msg, now, gen)
+        valid = _condition(C.COND_CREDENTIALS_VALID, login is not None, reason, msg, now, gen)
         if login is None:
             if base != current or status.get("state") != "Unknown":
                 # Unknown: rotation never picks a subscription whose login cannot be read (the
                 # validate handler leaves `state` to this reader).
-                await self._patch({"conditions": base, "state": "Unknown", "message": msg})
+                await self._patch({"state": "Unknown", "message": msg}, [valid])
             metrics.set_subscription_state(self.namespace, self.name, "Unknown")
             return rt.settings.usage_interval_s
         from controller.providers.readers import UsageThrottled, UsageUnauthorized
@@ -116,14 +135,15 @@ class SubscriptionReader:
             usage = await rt.usage.get((self.namespace, self.name), spec.provider, login,
                                        max_age_s=min(rt.settings.usage_min_interval_s, rt.settings.usage_max_age_s),
                                        now=rt.clock)
-            conds = set_condition(base, C.COND_USAGE_FETCHED, True, C.R_USAGE_READ, "Usage read", now, gen)
+            fetched = _condition(C.COND_USAGE_FETCHED, True, C.R_USAGE_READ, "Usage read", now, gen)
             metrics.USAGE_READS.labels(spec.provider, "ok").inc()
         except UsageUnauthorized:
             metrics.USAGE_READS.labels(spec.provider, "unauthorized").inc()
             metrics.set_subscription_state(self.namespace, self.name, "Disconnected")
-            conds = set_condition(base, C.COND_USAGE_FETCHED, False, C.R_UNAUTHORIZED,
-                                  "The provider refused the login (401/403)", now, gen)
-            await self._patch({"state": "Disconnected", "conditions": conds, "message": "Login refused by the provider"})
+            fetched = _condition(C.COND_USAGE_FETCHED, False, C.R_UNAUTHORIZED,
+                                 "The provider refused the login (401/403)", now, gen)
+            await self._patch({"state": "Disconnected", "message": "Login refused by the provider"},
+                              [valid, fetched, *keeper_conds])
             if self.last_state != "Disconnected":
                 self.last_state = "Disconnected"
                 wake_boxes(rt, self.namespace)
@@ -134,17 +154,19 @@ class SubscriptionReader:
             metrics.USAGE_READS.labels(spec.provider, "throttled").inc()
             if self._stale(status, now):
                 metrics.set_subscription_state(self.namespace, self.name, "Unknown")
-            conds = set_condition(base, C.COND_USAGE_FETCHED, False, "Throttled",
-                                  "The provider asked to slow down; keeping the last windows", now, gen)
-            await self._patch({"conditions": conds, **({"state": "Unknown"} if self._stale(status, now) else {})})
+            fetched = _condition(C.COND_USAGE_FETCHED, False, "Throttled",
+                                 "The provider asked to slow down; keeping the last windows", now, gen)
+            await self._patch({"state": "Unknown"} if self._stale(status, now) else {},
+                              [valid, fetched, *keeper_conds])
             return max(rt.settings.usage_interval_s, float(getattr(exc, "retry_after_s", 0) or 0))
         except Exception as exc:  # noqa: BLE001
             metrics.USAGE_READS.labels(spec.provider, "error").inc()
             if self._stale(status, now):
                 metrics.set_subscription_state(self.namespace, self.name, "Unknown")
-            conds = set_condition(base, C.COND_USAGE_FETCHED, False, C.R_UPSTREAM_UNAVAILABLE,
-                                  f"Usage read failed ({type(exc).__name__})", now, gen)
-            await self._patch({"conditions": conds, **({"state": "Unknown"} if self._stale(status, now) else {})})
+            fetched = _condition(C.COND_USAGE_FETCHED, False, C.R_UPSTREAM_UNAVAILABLE,
+                                 f"Usage read failed ({type(exc).__name__})", now, gen)
+            await self._patch({"state": "Unknown"} if self._stale(status, now) else {},
+                              [valid, fetched, *keeper_conds])
             return rt.settings.usage_interval_s
         verdict = evaluate(usage, spec.reserve.five_hour_percent, spec.reserve.weekly_percent, now)
         windows = {}
@@ -155,9 +177,9 @@ class SubscriptionReader:
         await self._patch({
             "windows": windows, "readAt": rfc3339(usage.read_at), "state": verdict.state,
             "reservedUntil": rfc3339(verdict.until) if verdict.state == "Reserved" else None,
-            "message": verdict.message, "conditions": conds,
+            "message": verdict.message,
             "loginExpiresAt": rfc3339(login.expires_at) if login.expires_at else None,
-        })
+        }, [valid, fetched, *keeper_conds])
         if verdict.state != self.last_state:
             self.last_state = verdict.state
             wake_boxes(rt, self.namespace)
@@ -189,5 +211,7 @@ class SubscriptionReader:
             return True
         return (now - at).total_seconds() > self.rt.settings.usage_stale_s
 
-    async def _patch(self, status: dict[str, Any]) -> None:
-        await self.rt.kube.patch_status(C.SUBSCRIPTION_PLURAL, self.namespace, self.name, status)
+    async def _patch(self, fields: dict[str, Any], conditions: list[dict[str, Any]]) -> None:
+        """Write status fields and the reader's (and keeper's) conditions through the Subscription's one
+        status writer: other writers' condition types are kept as stored."""
+        await subscription_writer(self.rt, self.namespace, self.name).write(fields, conditions)

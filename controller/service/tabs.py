@@ -44,7 +44,6 @@ from controller.kube.objects import NotOwned, box_container, owned_by, pod_name
 from controller.models import AgentBoxSpec
 from controller.runtime import Runtime
 from controller.service.executor import Executor
-from controller.service.status import StatusWriter
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
 from controller.terminal.stream import BoxStream, StreamTerminal
 from controller.terminal.tmux import has_session_argv as tmux_has_session_argv
@@ -80,7 +79,7 @@ class BoxWatcher:
             settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
         ))
         self.memory: Memory | None = None        # the decision's memory between passes
-        self.writer = StatusWriter(rt.kube, C.AGENTBOX_PLURAL, namespace, name, rt.clock)
+        self.writer = rt.status_writer(namespace, name)  # the box's one writer, shared with the reconcile
         self._uid: str | None = None
         self._pending_switch: dict[str, Any] | None = None  # status.switch found at start: completed first
         self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)

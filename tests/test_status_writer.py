@@ -1,0 +1,118 @@
+"""One status writer per AgentBox: the reconcile handler and the tab watcher write the box's status through
+the same `StatusWriter` (held by the runtime), never through kopf's patch; each keeps the other's
+conditions (merged by type) and a write is never skipped because another writer changed status since.
+
+Against the emulated API server over the controller's own REST transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kopf
+import kubernetes.client
+import pytest
+import pytest_asyncio
+
+from agentbox_sim.kube import KubeEmulator
+from controller import constants as C
+from controller.conditions import set_condition
+from controller.domain.box import READY_REASONS
+from controller.handlers.boxes import reconcile
+from controller.kube.objects import Kube
+from controller.kube.rest import Rest
+from controller.runtime import Runtime
+from controller.service.status import StatusWriter
+from controller.settings import Settings, utcnow
+
+pytestmark = pytest.mark.component
+
+NS = "default"
+BOXES = f"/apis/{C.GROUP}/{C.VERSION}/namespaces/{NS}/{C.AGENTBOX_PLURAL}"
+GUARDS = {C.COND_READY: READY_REASONS}
+
+
+@pytest_asyncio.fixture
+async def rt(kube: KubeEmulator) -> AsyncIterator[Runtime]:
+    cfg = kubernetes.client.Configuration()
+    cfg.host = kube.url
+    rest = Rest(cfg)
+    try:
+        yield Runtime(settings=Settings(), kube=Kube(rest), usage=None)
+    finally:
+        await rest.aclose()
+
+
+async def _box(rt: Runtime, **spec: Any) -> dict[str, Any]:
+    body = {"apiVersion": C.API_VERSION, "kind": C.AGENTBOX_KIND, "metadata": {"name": "box-a", "namespace": NS},
+            "spec": {"agent": "claude-code", "template": {"spec": {"containers": [{"name": "box", "image": "x"}]}},
+                     **spec}}
+    await rt.kube.rest.request("POST", BOXES, body=body)
+    return await _stored(rt)
+
+
+async def _stored(rt: Runtime) -> dict[str, Any]:
+    obj = await rt.kube.get_custom(C.AGENTBOX_PLURAL, NS, "box-a")
+    assert obj is not None
+    return obj
+
+
+def _conds(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def _watcher_conditions(ready: bool = True) -> list[dict[str, Any]]:
+    now = utcnow()
+    conds = set_condition([], C.COND_READY, ready, C.R_RECONCILED, "Pod running; tabs are watched", now, 1)
+    conds = set_condition(conds, C.COND_RATE_LIMITED, True, C.R_WAITING_FOR_RESET, "1 tab(s) wait", now, 1)
+    return set_condition(conds, C.COND_NEEDS_ATTENTION, False, C.R_ALL_CLEAR, "No tab needs a human", now, 1)
+
+
+async def test_reconcile_writes_through_the_boxs_one_writer_not_kopfs_patch(rt: Runtime) -> None:
+    obj = await _box(rt)  # no spec.subscription for claude-code: the reconcile reports InvalidSpec
+    patch = kopf.Patch()
+    await reconcile(body=kopf.Body(obj), memo=kopf.Memo(runtime=rt), patch=patch)
+    assert not patch.get("status"), "the handler writes no status through kopf's patch (a second writer)"
+    writer = rt.status_writers[(NS, "box-a")]
+    assert rt.status_writer(NS, "box-a") is writer  # the watcher's writer is the same object
+    stored = await _stored(rt)
+    assert stored["status"]["state"] == "Error" and stored["status"]["observedGeneration"] == 1  # one patch
+    assert _conds(stored)[C.COND_READY] == ("False", C.R_INVALID_SPEC)
+
+
+async def test_the_conditions_of_one_writer_never_erase_the_others(rt: Runtime) -> None:
+    obj = await _box(rt)
+    memo = kopf.Memo(runtime=rt)
+    watcher = rt.status_writer(NS, "box-a")
+    watcher.seen(obj)
+    # The watcher writes its conditions (its Ready only under READY_REASONS; none is stored yet).
+    await watcher.write({"state": "RateLimited"}, _watcher_conditions(), GUARDS)
+    # The reconcile then finds a failure of its own: Ready False InvalidSpec, the watcher's types kept.
+    await reconcile(body=kopf.Body(await _stored(rt)), memo=memo)
+    conds = _conds(await _stored(rt))
+    assert conds[C.COND_READY] == ("False", C.R_INVALID_SPEC)
+    assert conds[C.COND_RATE_LIMITED] == ("True", C.R_WAITING_FOR_RESET)
+    assert conds[C.COND_NEEDS_ATTENTION] == ("False", C.R_ALL_CLEAR)
+    # The watcher's next pass keeps the reconcile's Ready (guarded) and its own types.
+    await watcher.write({"state": "RateLimited"}, _watcher_conditions(ready=False), GUARDS)
+    conds = _conds(await _stored(rt))
+    assert conds[C.COND_READY] == ("False", C.R_INVALID_SPEC) and conds[C.COND_RATE_LIMITED][0] == "True"
+
+
+async def test_a_write_is_not_skipped_after_another_writer_changed_status(rt: Runtime) -> None:
+    """With one writer per object its 'nothing changed since my last write' check sees every write: the
+    watcher's unchanged snapshot is written again after the reconcile changed the same fields."""
+    obj = await _box(rt)
+    writer = rt.status_writer(NS, "box-a")
+    writer.seen(obj)
+    assert await writer.write({"state": "Running"}, _watcher_conditions(), GUARDS)
+    await reconcile(body=kopf.Body(await _stored(rt)), memo=kopf.Memo(runtime=rt))  # state: Error
+    assert (await _stored(rt))["status"]["state"] == "Error"
+    assert await writer.write({"state": "Running"}, _watcher_conditions(), GUARDS)
+    assert (await _stored(rt))["status"]["state"] == "Running"
+    # A second writer of the same object (what the handler used to build) would have skipped it:
+    other = StatusWriter(rt.kube, C.AGENTBOX_PLURAL, NS, "box-a", utcnow)
+    assert await other.write({"state": "Running"}, ())
+    await reconcile(body=kopf.Body(await _stored(rt)), memo=kopf.Memo(runtime=rt))
+    assert not await other.write({"state": "Running"}, ())  # stale: status says Error
