@@ -59,15 +59,6 @@ def load_default_config() -> None:
         config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
 
 
-def load_api_classes() -> None:
-    """Instantiate the API classes the operator uses once, which imports their model modules (the client
-    loads them lazily, ~250 modules for CoreV1Api): see :func:`controller.handlers.entry.warm_up`."""
-    from kubernetes import client
-
-    client.CoreV1Api()
-    client.CustomObjectsApi()
-
-
 def check_cluster(timeout_s: float = 10.0) -> str | None:
     """None when a Kubernetes API server answers (in-cluster service account, else $KUBECONFIG or
     ~/.kube/config with its current context), else one line saying why. Checked once before kopf

@@ -223,9 +223,9 @@ class Rest:
 
     @staticmethod
     def _failed(method: str, path: str, status: int, reason: str, started: float) -> KubeApiError:
-        level = logging.DEBUG if status in (404, 409) else logging.INFO
-        logger.log(level, "kube %s %s failed: status=%s reason=%s duration=%.3fs", method, path, status, reason,
-                   time.monotonic() - started)
+        # DEBUG: the callers log what failed for them (by exception type); the path names the object only.
+        logger.debug("kube %s %s failed: status=%s reason=%s duration=%.3fs", method, path, status, reason,
+                     time.monotonic() - started)
         return KubeApiError(method, path, status, reason)
 
     async def aclose(self) -> None:

@@ -63,7 +63,7 @@ class StatusWriter:
         Returns:
             True when a patch was sent.
         Raises:
-            kubernetes.client.ApiException: other than 404 (deleted: nothing written) and 409 (retried).
+            controller.kube.rest.KubeApiError: other than 404 (deleted: nothing written) and 409 (retried).
         """
         key = (repr(sorted(fields.items())), tuple((c["type"], c["status"], c["reason"], c["message"])
                                                    for c in conditions))
