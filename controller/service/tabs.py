@@ -47,6 +47,7 @@ from controller.kube.objects import NotOwned, box_container, owned_by, pod_name
 from controller.models import AgentBoxSpec
 from controller.runtime import Runtime
 from controller.service.executor import Executor
+from controller.service.status import box_writer
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
 from controller.terminal.stream import BoxStream, StreamTerminal
 from controller.terminal.tmux import has_session_argv as tmux_has_session_argv
@@ -82,7 +83,7 @@ class BoxWatcher:
             settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
         ))
         self.memory: Memory | None = None        # the decision's memory between passes
-        self.writer = rt.status_writer(namespace, name)  # the box's one writer, shared with the reconcile
+        self.writer = box_writer(rt, namespace, name)  # the box's one writer, shared with the reconcile
         self._uid: str | None = None
         self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
