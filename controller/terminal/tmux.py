@@ -76,8 +76,10 @@ def parse_tabs(out: str) -> tuple[list[Tab], dict[str, datetime]]:
     Human typing moves only `client_activity` (send-keys does not; real-agents.md, tmux 3.3a),
     so the last input in a tab is the newest activity of the clients showing that window.  Control-mode
     clients on no terminal (the controller's own live stream, `controller.terminal.control`, runs on exec
-    pipes) are not humans: their activity moves with every command they send, so they are left out.  A
-    control client on a terminal is a person's (iTerm2's `tmux -CC` sends their keys as commands): it counts.
+    pipes) are not humans, so they are left out.  A control client on a terminal is a person's (iTerm2's
+    `tmux -CC`): it counts, from its attach (tmux 3.3a moves a client's activity when it attaches, not with
+    the commands a control client sends, so the keys such a person sends as commands are protected by the
+    half-typed prompt rule, which reads the screen, not by this input time).
     """
     tabs: list[Tab] = []
     inputs: dict[str, datetime] = {}
