@@ -15,7 +15,11 @@ Phases:
    the same moment, with a reset on the minute boundary g+1 minutes later (Claude prints minute-rounded
    resets; the provider's window resets at that instant). Resume lag = (continue received - reset) -
    `resume_margin_s` (`--margin`, default the product default, 10 s), per box; also reported per burst
-   (`resume_lag_by_burst`: tabs of that reset instant, p50, p99, max).
+   (`resume_lag_by_burst`: tabs of that reset instant, lag p50, p99, max; `window_s` from 0.5 s before its
+   deadline until its last tab resumed, and the CPU seconds spent in that window by the operator
+   (`cpu_s`) and by this process (`emulator_cpu_s`: the emulated API server, kubelet and provider, one
+   Python thread, unlike a real API server): a burst whose operator CPU is far below its window waits on
+   something else than the controller's CPU).
 
 The operator runs as its own OS process (`python -m controller run`, as in a cluster, PR_SET_PDEATHSIG),
 so it does not share a GIL with the API server and provider emulators (this process): `cpu_idle_cores` is
@@ -309,14 +313,20 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
         waiting = set(resets.values())
         cpu_at: dict[float, float] = {}
         cpu_used: dict[float, float] = {}
+        emu_at: dict[float, float] = {}
+        emu_used: dict[float, float] = {}  # this process: the emulated API server, kubelet and provider
+        wall_at: dict[float, float] = {}
+        wall_used: dict[float, float] = {}
         while time.time() < end and waiting:
             for r in sorted(waiting):
                 if r not in cpu_at and time.time() >= r + settings.resume_margin_s - 0.5:
-                    cpu_at[r] = cpu_s()
+                    cpu_at[r], emu_at[r], wall_at[r] = cpu_s(), time.process_time(), time.time()
                     if args.profile_deadline and r == resets[0]:
                         profiler = start_profiler(args.profile, pid)
                 if r in cpu_at and arrived(r):
                     cpu_used[r] = cpu_s() - cpu_at[r]
+                    emu_used[r] = time.process_time() - emu_at[r]
+                    wall_used[r] = time.time() - wall_at[r]
                     waiting.discard(r)
                     if args.profile_deadline and r == resets[0]:
                         stop_profiler(profiler)
@@ -359,7 +369,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             "resume_lag_by_burst": [
                 {"tabs": len(members[r]), "resumed": len(v),
                  "p50_s": _r(pct(v, 50)), "p99_s": _r(pct(v, 99)), "max_s": _r(max(v) if v else None),
-                 "cpu_s": _r(cpu_used.get(r))}
+                 "window_s": _r(wall_used.get(r)), "cpu_s": _r(cpu_used.get(r)),
+                 "emulator_cpu_s": _r(emu_used.get(r))}
                 for r, v in sorted(lags_of.items())],
             "load_avg_1m": round(os.getloadavg()[0], 2), "wall_s": round(time.time() - t_start, 1),
             "streams_open_at_start_of_idle": streams_open0,

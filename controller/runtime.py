@@ -38,8 +38,6 @@ class Runtime:
         logins: a Subscription's login loaded once for the boxes that ask at the same instant
             (`controller.service.loginload.SharedLogins`; nothing kept after).
         pods: the box pods as the pod watch delivered them (`controller.service.podcache.WatchedPods`).
-        status_writers: per box (namespace, name) its one status writer, shared by the reconcile handler and
-            the tab watcher (`status_writer`).
     """
 
     settings: Settings
@@ -51,11 +49,10 @@ class Runtime:
     clock: Clock = utcnow
     events: Recorder = field(default=None)  # type: ignore[assignment]
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
-    status_writers: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    status_writers: dict[tuple[str, str, str], StatusWriter] = field(default_factory=dict)
     sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
     logins: SharedLogins = field(default_factory=SharedLogins)
     pods: WatchedPods = field(default_factory=WatchedPods)
-    status_writers: dict[tuple[str, str], StatusWriter] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.events is None:
@@ -68,16 +65,3 @@ class Runtime:
     def wakeup(self, namespace: str, name: str) -> asyncio.Event:
         """The wake-up Event of one box (created on first use)."""
         return self.wakeups.setdefault((namespace, name), asyncio.Event())
-
-    def status_writer(self, namespace: str, name: str) -> StatusWriter:
-        """The one status writer of an AgentBox (created on first use): every write of its status (the
-        reconcile's, the watcher's, the executor's write-ahead points) goes through it, so its merge of
-        conditions by type, its dedupe and its write order see every write."""
-        key = (namespace, name)
-        writer = self.status_writers.get(key)
-        if writer is None:
-            from controller import constants as C
-
-            writer = self.status_writers[key] = StatusWriter(self.kube, C.AGENTBOX_PLURAL, namespace, name,
-                                                             self.clock)
-        return writer

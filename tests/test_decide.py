@@ -526,13 +526,15 @@ def test_a_failed_restart_is_worded_in_the_tab_and_the_event():
 def test_a_switch_left_by_a_previous_controller_is_finished_once_and_status_says_so(installed: bool,
                                                                                    patch: tuple[Any, ...]):
     pending = {"to": "sub-b", "fromSubscription": "sub-a", "tabs": ["main"], "reason": "limit"}
-    obs = observe(tab(limited()), subs=(sub("sub-a"), sub("sub-b")), pending_switch=pending)
-    d, _ = run(obs, Memory(current="sub-a"),
-               lambda a: Done(installed) if isinstance(a, InstallLogin) else ok(a))
+    obs = observe(tab(limited()), subs=(sub("sub-a"), sub("sub-b")))
+    mem = memory_from_status({"subscription": "sub-a", "switch": pending}, "sub-a")
+    d, _ = run(obs, mem, lambda a: Done(installed) if isinstance(a, InstallLogin) else ok(a))
     install = d.actions.index(InstallLogin("sub-b", "complete"))
     assert d.actions[install + 1] == PatchStatus(patch)  # written right after the install, before any key
     assert [a for a in d.actions if isinstance(a, PatchStatus)] == [PatchStatus(patch)]
     assert d.memory.current == ("sub-b" if installed else "sub-a")
+    assert d.memory.pending_switch is None  # once: the next pass does not finish it again
+    assert not any(isinstance(a, InstallLogin) for a in run(obs, d.memory)[0].actions)
 
 
 def test_switch_patches_journal_the_switch_before_its_keys_and_clear_it_at_the_end():
@@ -546,3 +548,26 @@ def test_switch_patches_journal_the_switch_before_its_keys_and_clear_it_at_the_e
     assert len(started["switch"]["reason"]) <= 1024
     assert installing["switch"] == {**started["switch"], "step": "InstallLogin"}
     assert finished == {"subscription": "sub-b", "switch": None}
+
+
+def test_what_wakes_the_live_stream_is_what_a_decision_reads():
+    from controller.domain.box import agent_ready, screen_key
+
+    base = screen_key(IDLE)
+    assert screen_key(replace(IDLE, evidence="another idle screen")) == base  # nothing a decision reads
+    for changed in (WORKING, limited(), replace(limited(), resets_at=NOW + timedelta(hours=3)),
+                    replace(IDLE, prompt_text="half typed"), replace(IDLE, limit_menu=True),
+                    replace(IDLE, auto_continue=True), replace(IDLE, menu_choice=2)):
+        assert screen_key(changed) != base, changed
+    assert agent_ready(IDLE) and not agent_ready(Detection(TabState.WORKING))
+
+
+def test_a_snapshot_written_ahead_announces_nothing_so_the_replay_matches():
+    """The status an incomplete decision is written ahead with announces nothing (the stream given up
+    is warned once, by the complete decision): an Event after the waiting action broke the replay
+    (ReplayMismatch on every pass of a box whose stream was given up)."""
+    gone = StreamView(connected=False, why="output flood", given_up=True, pod="u1")
+    d, steps = run(observe(tab(IDLE), stream=gone), Memory())  # run() checks the replay property
+    assert len(steps) == 2 and steps[0].actions == (ReadStructured("claude-code", NOW),)
+    assert events(d) == [("Warning", C.R_STREAM_UNUSABLE)]
+    assert cond(d, C.COND_TERMINAL_STREAM)["reason"] == C.R_STREAM_UNUSABLE

@@ -23,7 +23,7 @@ from controller.handlers.boxes import reconcile
 from controller.kube.objects import Kube
 from controller.kube.rest import Rest
 from controller.runtime import Runtime
-from controller.service.status import StatusWriter
+from controller.service.status import StatusWriter, box_writer
 from controller.settings import Settings, utcnow
 
 pytestmark = pytest.mark.component
@@ -74,8 +74,8 @@ async def test_reconcile_writes_through_the_boxs_one_writer_not_kopfs_patch(rt: 
     patch = kopf.Patch()
     await reconcile(body=kopf.Body(obj), memo=kopf.Memo(runtime=rt), patch=patch)
     assert not patch.get("status"), "the handler writes no status through kopf's patch (a second writer)"
-    writer = rt.status_writers[(NS, "box-a")]
-    assert rt.status_writer(NS, "box-a") is writer  # the watcher's writer is the same object
+    writer = rt.status_writers[(C.AGENTBOX_PLURAL, NS, "box-a")]
+    assert box_writer(rt, NS, "box-a") is writer  # the watcher's writer is the same object
     stored = await _stored(rt)
     assert stored["status"]["state"] == "Error" and stored["status"]["observedGeneration"] == 1  # one patch
     assert _conds(stored)[C.COND_READY] == ("False", C.R_INVALID_SPEC)
@@ -84,7 +84,7 @@ async def test_reconcile_writes_through_the_boxs_one_writer_not_kopfs_patch(rt: 
 async def test_the_conditions_of_one_writer_never_erase_the_others(rt: Runtime) -> None:
     obj = await _box(rt)
     memo = kopf.Memo(runtime=rt)
-    watcher = rt.status_writer(NS, "box-a")
+    watcher = box_writer(rt, NS, "box-a")
     watcher.seen(obj)
     # The watcher writes its conditions (its Ready only under READY_REASONS; none is stored yet).
     await watcher.write({"state": "RateLimited"}, _watcher_conditions(), GUARDS)
@@ -104,7 +104,7 @@ async def test_a_write_is_not_skipped_after_another_writer_changed_status(rt: Ru
     """With one writer per object its 'nothing changed since my last write' check sees every write: the
     watcher's unchanged snapshot is written again after the reconcile changed the same fields."""
     obj = await _box(rt)
-    writer = rt.status_writer(NS, "box-a")
+    writer = box_writer(rt, NS, "box-a")
     writer.seen(obj)
     assert await writer.write({"state": "Running"}, _watcher_conditions(), GUARDS)
     await reconcile(body=kopf.Body(await _stored(rt)), memo=kopf.Memo(runtime=rt))  # state: Error

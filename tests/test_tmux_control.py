@@ -312,3 +312,39 @@ async def test_a_stream_given_up_is_tried_again_later(aexec: AsyncExec) -> None:
         assert box.opened == 3
     finally:
         await box.aclose()
+
+
+async def test_paused_panes_are_continued_and_captured_in_one_round_trip(aexec: AsyncExec) -> None:
+    """What the stream does per change after its debounce (`BoxStream._follow`): the paused panes are continued
+    and every changed pane captured in ONE command round trip (one sync block), not one per pane plus one to
+    continue (at a reset a thousand boxes' panes change together). A pane too large for `max_block` gets
+    None and the others still their screen."""
+    client = ControlClient(await aexec.open("default", "box", "box", control.attach_argv()))
+    try:
+        tabs, _ = tmux.parse_tabs("".join(line + "\n" for line in
+                                          (await client.command(tmux.list_tabs_argv()))[0].lines))
+        first, second = tabs[0].pane_id, tabs[1].pane_id
+        await client.command(["tmux", "refresh-client", "-A", f"{first}:pause"])
+        await _until(lambda: asyncio.sleep(0, first in client.paused))
+        for pane, word in ((first, "one-trip-a"), (second, "one-trip-b")):
+            await client.command(["tmux", "send-keys", "-t", pane, "-l", "--", f"echo {word}"])
+            await client.command(["tmux", "send-keys", "-t", pane, "Enter"])
+        await asyncio.sleep(0.3)
+        blocks = client.blocks
+        screens = await client.resume_and_capture({first, second})
+        assert client.blocks - blocks == 4, "continue + two captures + the sync block: one round trip"
+        assert first not in client.paused
+        assert "one-trip-a" in "\n".join(screens[first].lines) and "one-trip-b" in "\n".join(screens[second].lines)
+        await client.command(["tmux", "send-keys", "-t", first, "-l", "--", "echo flowing"])
+        await client.command(["tmux", "send-keys", "-t", first, "Enter"])
+        await _until(lambda: asyncio.sleep(0, first in client.dirty))  # continued: its output flows again
+
+        await client.command(["tmux", "send-keys", "-t", second, "-l", "--", "seq 1 200"])
+        await client.command(["tmux", "send-keys", "-t", second, "Enter"])
+        await asyncio.sleep(0.3)
+        client.max_block = 80  # the second pane's screen (30 lines of numbers) is over it, the first's not
+        screens = await client.resume_and_capture({first, second})
+        assert screens[second] is None and screens[first] is not None and screens[first].ok
+        assert not client.closed.is_set(), "a large screen is not a broken stream"
+    finally:
+        await client.aclose()

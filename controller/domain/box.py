@@ -18,7 +18,12 @@ The tab watcher (`controller.service.tabs`) runs one pass as observe -> decide -
 Everything the watcher used to decide inside the service is here: resume planning
 (`controller.domain.resume`), journals left unfinished, stalls, the resume annotations, rotation
 (`controller.domain.rotation`), the reserve (stop and restore), the switch left unfinished by a previous
-controller, the invalid inputs (`InputIgnored`), and the box's state and conditions.
+controller (and the status fields that close it), when to read the agent's structured usage files and
+when to reuse the last read, their merge into the detections, the invalid inputs (`InputIgnored`), the
+wording of a failed capture and of what a journaled action did (`describe`), the box's state and
+conditions, and when to look again (`BoxDecision.next_pass_in`). Pure helpers the watcher calls while
+observing are here too: `box_facts` (which boxes are watched), `screen_key` (what wakes the live stream),
+`agent_ready`.
 """
 
 from __future__ import annotations
@@ -240,7 +245,6 @@ class Observation:
         reserves: spec.reserve per Subscription name.
         stream: None without a live tmux stream; else its state.
         stream_disabled: the live tmux stream is off by settings (TerminalStream says so).
-        pending_switch: status.switch left by a previous controller (a dict with `to`), or None.
         usage_max_age_s: the oldest usage a resume may rely on (seconds).
         stall_s: a tab unchanged this long with no limit needs a human (seconds).
         scan_interval_s: the polling period: the longest time between two passes without a live stream
@@ -267,7 +271,6 @@ class Observation:
     reserves: Mapping[str, Reserve] = field(default_factory=dict)
     stream: StreamView | None = None
     stream_disabled: bool = False
-    pending_switch: Mapping[str, Any] | None = None
     usage_max_age_s: float = 60.0
     stall_s: float = 1800.0
     scan_interval_s: float = 5.0
@@ -299,6 +302,8 @@ class Memory:
         out_of_date: PodOutOfDate message while the pod predates spec.template, else None.
         replacing: (Ready reason, message) of the ended pod being replaced (said until the new one exists).
         stream_warned: uid of the pod whose unusable stream was reported (one Warning per pod).
+        pending_switch: status.switch a previous controller left unfinished (a dict with `to`), found when
+            the memory was rebuilt from status; completed (or given up) by the first pass that reads the tabs.
         structured: the last structured read: (the tabs' (name, state, kind, limit) digest it was read
             for, the instant it was read (UTC), its result); reused on a live stream (`_structured`).
         loaded: the memory was rebuilt from status (a restarted controller starts from status).
@@ -324,6 +329,7 @@ class Memory:
     replacing: tuple[str, str] | None = None
     stream_warned: str | None = None
     structured: tuple[tuple[Any, ...], datetime, StructuredRead] | None = None
+    pending_switch: Mapping[str, Any] | None = None
     loaded: bool = False
 
 
@@ -457,16 +463,18 @@ def record_to_status(rec: TabRecord, tab_id: str | None) -> dict[str, Any]:
 
 
 def memory_from_status(status: Mapping[str, Any], spec_subscription: str | None) -> Memory:
-    """The memory a (re)started watcher begins with: tab records, the subscription and the reserve stop
-    line as the last controller wrote them to status."""
+    """The memory a (re)started watcher begins with: tab records, the subscription, the reserve stop line and
+    a switch left unfinished (status.switch) as the last controller wrote them to status."""
     tabs = [t for t in status.get("tabs") or [] if isinstance(t, dict) and t.get("name")]
     reserved = next((c for c in status.get("conditions") or []
                      if c.get("type") == C.COND_RESERVED and c.get("status") == "True"), None)
+    switch = status.get("switch")
     return Memory(
         records={t["name"]: record_from_status(t) for t in tabs},
         tab_ids={t["name"]: t.get("id", "") for t in tabs},
         current=status.get("subscription") or spec_subscription,
         reserved=reserved.get("message") if reserved else None,
+        pending_switch=switch if isinstance(switch, dict) and switch.get("to") else None,
         loaded=True,
     )
 
@@ -492,6 +500,19 @@ def reserve_from(sub: Mapping[str, Any]) -> Reserve:
     """spec.reserve of a Subscription object (missing values are 0)."""
     reserve = (sub.get("spec") or {}).get("reserve") or {}
     return Reserve(reserve.get("fiveHourPercent") or 0, reserve.get("weeklyPercent") or 0)
+
+
+def screen_key(det: Detection) -> tuple[Any, ...]:
+    """Everything a decision reads from one tab's detection: its state and kind, the limit event, and what
+    changes a plan without changing them (a native wait cancelled with Esc, a menu opening, a line typed
+    into the prompt). The live stream wakes the watcher when a pane's key changes."""
+    return (det.state, det.kind, limit_key(det) if det.state == TabState.RATE_LIMITED else None,
+            det.auto_continue, det.limit_menu, det.menu_choice, bool(det.prompt_text))
+
+
+def agent_ready(det: Detection) -> bool:
+    """The agent's input box is on the screen (a relaunched agent is back)."""
+    return det.prompt_text is not None
 
 
 def describe(res: Performed, action: JournalAction) -> str:
@@ -623,7 +644,11 @@ def decide(obs: Observation, memory: Memory, now: datetime, cfg: DecideConfig | 
         complete, status = False, None
     mem = replace(p.mem, records=p.records, seen=p.seen)
     if status is None and not complete:
-        status = _watched_status(p)  # what the journals are written ahead with
+        # What the journals are written ahead with. A snapshot only: what its status would announce (an
+        # Event) is the complete decision's; an action after the waiting ones would break the replay.
+        performed = len(p.actions)
+        status = _watched_status(p)
+        del p.actions[performed:]
     return BoxDecision(tuple(p.actions), mem, status, tuple(p.wake.values()), complete, _period(p, mem),
                        p.observe_tabs)
 
@@ -688,8 +713,9 @@ def _decide(p: _Pass) -> BoxStatus | None:
 
     annotations = _annotations(p)
     dets = {t.name: t.detection for t in obs.tabs}
-    if obs.pending_switch is not None and obs.pending_switch.get("to"):
+    if p.mem.pending_switch is not None:
         dets = _complete_switch(p, dets)
+        p.mem = replace(p.mem, pending_switch=None)  # finished or given up: once
     _rotation(p, dets)
     _reserve(p, dets)
     resume_on = obs.box.resume_after_reset and not p.mem.reserved
@@ -866,7 +892,7 @@ def _complete_switch(p: _Pass, dets: dict[str, Detection]) -> dict[str, Detectio
     """Finish a switch a previous controller left in status.switch: install the new login (idempotent),
     move the box, and mark the tabs it had stopped as due on the new subscription. A tab it had already
     stopped sits at the shell: it is given the remembered limit so the normal resume relaunches it."""
-    sw = p.obs.pending_switch or {}
+    sw = p.mem.pending_switch or {}
     to = str(sw.get("to"))
     done: Done = p.ask(InstallLogin(to, "complete"))
     # Finished (or given up) now, once: status.switch is cleared; the box moves only with its new login.

@@ -15,6 +15,7 @@ from controller.handlers.daemons import existence_check, poster, run_passes
 from controller.events import ObjectRef
 from controller.runtime import Runtime
 from controller.service.boxes import reconcile_box
+from controller.service.status import box_writer, forget_writer
 from controller.service.tabs import BoxWatcher
 
 
@@ -29,7 +30,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     post = poster(memo, body)
     for type_, reason, message in outcome.events:
         post(type_, reason, message)
-    writer = rt.status_writer(body.metadata.namespace, body.metadata.name)
+    writer = box_writer(rt, body.metadata.namespace, body.metadata.name)
     writer.seen(body)
     await writer.write(outcome.status, outcome.conditions)
     rt.wakeup(body.metadata.namespace, body.metadata.name).set()
@@ -45,7 +46,7 @@ def _deleted(type: str, **_: Any) -> bool:  # noqa: A002 - kopf passes the watch
 async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A deleted box (no finalizer holds it): wake its tab watcher, which sees it gone and stops."""
     key = (body.metadata.namespace, body.metadata.name)
-    memo.runtime.status_writers.pop(key, None)
+    forget_writer(memo.runtime, C.AGENTBOX_PLURAL, *key)
     event = memo.runtime.wakeups.get(key)
     if event is not None:
         event.set()
@@ -102,6 +103,6 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     finally:
         await watcher.aclose()
         rt.wakeups.pop((ns, name), None)
-        rt.status_writers.pop((ns, name), None)
+        forget_writer(rt, C.AGENTBOX_PLURAL, ns, name)
         metrics.forget_box(ns, name)
         rt.events.forget(ObjectRef.of(body))  # deleted, or the process stops: its Event memory goes too

@@ -138,3 +138,10 @@ def forget_writer(rt: Any, plural: str, namespace: str, name: str) -> None:
 def subscription_writer(rt: Any, namespace: str, name: str) -> StatusWriter:
     """The one status writer of the Subscription ``namespace/name`` (:func:`writer_of`)."""
     return writer_of(rt, C.SUBSCRIPTION_PLURAL, namespace, name)
+
+
+def box_writer(rt: Any, namespace: str, name: str) -> StatusWriter:
+    """The one status writer of the AgentBox ``namespace/name`` (:func:`writer_of`): the reconcile handler,
+    the tab watcher and its executor's write-ahead points all write through it, so its merge of conditions
+    by type, its 'unchanged since the last write' check and its write order see every write."""
+    return writer_of(rt, C.AGENTBOX_PLURAL, namespace, name)

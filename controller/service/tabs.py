@@ -4,15 +4,17 @@
   the last human input per tab, the agent's structured usage, the namespace's Subscriptions, the box's
   annotations, the invalid inputs met on the way);
 * **decide**: `controller.domain.box.decide` (pure) returns the actions, the tab records, the status and when
-  to look again; a read the decision needs (usage at a reset, a login to install) is an action whose result
-  feeds the next `decide` of the same pass;
+  to look again; a read the decision needs (usage at a reset, the agent's structured usage files, a login
+  to install) is an action whose result feeds the next `decide` of the same pass;
 * **execute**: `controller.service.executor.Executor` performs the actions, write-ahead first;
 * **record**: `controller.service.status.StatusWriter` writes status once, only when it changed, with the
   watcher's conditions merged by type.
 
-The watcher holds no decision of its own: it keeps the decision's `Memory` between passes (rebuilt from
-status after a restart, so the same deadlines are kept) and sleeps until the earliest tab deadline (or the
-scan interval), so a resume fires within seconds of its instant instead of at the next poll.
+The watcher holds no decision of its own: it observes raw facts (a capture that failed says which failure,
+not which condition), keeps the decision's `Memory` between passes (rebuilt from status after a restart, so
+the same deadlines are kept and a switch left in status.switch is finished) and sleeps as long as the
+decision says (`BoxDecision.next_pass_in`: the earliest tab deadline, at most the pass period the decision
+chose), so a resume fires within seconds of its instant instead of at the next poll.
 """
 
 from __future__ import annotations
@@ -29,21 +31,23 @@ from controller import constants as C
 from controller import metrics
 from controller.domain.box import (  # noqa: F401 - record helpers re-exported for their former callers
     CAPTURE_NO_SESSION, CAPTURE_TOO_LARGE, CAPTURE_TRANSPORT, READY_REASONS, BoxDecision, BoxFacts, BoxStatus,
-    CaptureFailure, DecideConfig, Memory, Observation, PodFacts, StreamView, TabView, box_facts, candidate_from,
+    CaptureFailure, DecideConfig, Memory, Observation, PodFacts, StreamView, TabView, agent_ready, box_facts,
+    candidate_from, screen_key,
     decide, journal_from_status, journal_to_status, memory_from_status, record_from_status, record_to_status,
     reserve_from,
 )
 from controller.domain.podheal import template_hash
 from controller.domain.detection import compile_user_patterns
 from controller.domain.podstate import box_container_view, box_time_zone
-from controller.domain.resume import ResumeConfig, limit_key
-from controller.domain.types import Detection, TabState
+from controller.domain.resume import ResumeConfig
+from controller.domain.types import Detection
 from controller.agents.registry import get_adapter
 from controller.kube.exec import owned_exec, owned_exec_open
 from controller.kube.objects import NotOwned, box_container, owned_by, pod_name
 from controller.models import AgentBoxSpec
 from controller.runtime import Runtime
 from controller.service.executor import Executor
+from controller.service.status import box_writer
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
 from controller.terminal.stream import BoxStream, StreamTerminal
 from controller.terminal.tmux import has_session_argv as tmux_has_session_argv
@@ -79,9 +83,8 @@ class BoxWatcher:
             settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
         ))
         self.memory: Memory | None = None        # the decision's memory between passes
-        self.writer = rt.status_writer(namespace, name)  # the box's one writer, shared with the reconcile
+        self.writer = box_writer(rt, namespace, name)  # the box's one writer, shared with the reconcile
         self._uid: str | None = None
-        self._pending_switch: dict[str, Any] | None = None  # status.switch found at start: completed first
         self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
@@ -111,8 +114,6 @@ class BoxWatcher:
                           rotation_group=rot.group, rotation_selected=rot.subscriptions)
         if self.memory is None:
             self.memory = memory_from_status(status, spec.subscription)
-            switch = status.get("switch")
-            self._pending_switch = switch if isinstance(switch, dict) and switch.get("to") else None
         obs = Observation(
             box=facts, generation=meta.get("generation"), conditions=tuple(status.get("conditions") or []),
             state=status.get("state"), usage_max_age_s=s.usage_max_age_s, stall_s=s.stall_s,
@@ -167,14 +168,11 @@ class BoxWatcher:
                                     inputs.get(t.id)) for t in tabs),
             annotations=dict(meta.get("annotations") or {}),
             subscriptions=candidates, reserves=reserves,
-            pending_switch=self._pending_switch,
         )
 
         # ---- decide, execute, record
         screen_ready = self._screen_ready(term, spec.agent, tz, patterns)
         decision = await self._run(obs, term, adapter, {t.name: t for t in tabs}, screen_ready)
-        if decision.complete:
-            self._pending_switch = None
         return decision.next_pass_in(self.rt.clock())
 
     async def _run(self, obs: Observation, term: BoxTerminal | None = None, adapter: Any = None,
@@ -234,7 +232,7 @@ class BoxWatcher:
     def _screen_ready(self, term: BoxTerminal, agent: str, tz: str, patterns: list[Any]) -> Any:
         async def ready(pane: str) -> bool:
             screen = await term.capture(pane)
-            return self._detect(agent, screen, self.rt.clock(), tz, patterns).prompt_text is not None
+            return agent_ready(self._detect(agent, screen, self.rt.clock(), tz, patterns))
         return ready
 
     # ------------------------------------------------------------------ the live tmux stream
@@ -248,11 +246,8 @@ class BoxWatcher:
         now = self.rt.clock
 
         def classify(pane: str, screen: str) -> Any:
-            # Everything a decision reads from the screen: a cancelled native wait (Esc), a menu opening, a
-            # line typed into the prompt change the plan without changing the state or the limit.
-            det = self._detect(agent, screen, now(), tz, patterns)
-            return (det.state, det.kind, limit_key(det) if det.state == TabState.RATE_LIMITED else None,
-                    det.auto_continue, det.limit_menu, det.menu_choice, bool(det.prompt_text))
+            # What a decision reads from the screen (`screen_key`): a change wakes the watcher.
+            return screen_key(self._detect(agent, screen, now(), tz, patterns))
 
         self._classify = classify
         uid = (pod.get("metadata") or {}).get("uid")

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.constants import TMUX_SESSION
+from controller.terminal import tmux
 
 MIN_VERSION = (3, 2)
 """Oldest tmux whose control mode has client flags (``attach -f ignore-size,pause-after=N``)."""
@@ -253,6 +254,44 @@ class ControlClient:
         self.paused -= set(todo)
         if todo:
             await self.command(["tmux", "refresh-client", *sum((["-A", f"{p}:continue"] for p in todo), [])])
+
+    async def resume_and_capture(self, panes: set[str], timeout: float = 10.0) -> dict[str, Reply | None]:
+        """Continue the paused ones of `panes`, then capture each (``capture-pane -p -J``), in ONE round trip
+        (one line per command, one sync block): a changed pane cost three round trips (pause, continue,
+        capture); at a reset a thousand boxes' panes change together.
+
+        Returns:
+            pane id -> its capture's :class:`Reply`, or None for a pane whose screen was over ``max_block``
+            (captured alone, so one large pane does not cost the others their capture).
+        Raises:
+            ControlError: as :meth:`command` (closed, timeout, protocol, flood).
+        """
+        order = sorted(panes)
+        todo = sorted(panes & self.paused)
+        self.paused -= set(todo)
+        argv = ["tmux"]
+        if todo:
+            argv += ["refresh-client", *sum((["-A", f"{p}:continue"] for p in todo), []), ";"]
+        for pane in order:
+            argv += [*tmux.capture_one_argv(pane)[1:], ";"]
+        if len(argv) == 1:
+            return {}
+        try:
+            replies = await self.command(argv[:-1], timeout)
+        except ControlError as exc:
+            if exc.reason != "output_too_large":
+                raise
+        else:
+            return dict(zip(order, replies[1:] if todo else replies))
+        out: dict[str, Reply | None] = {}
+        for pane in order:  # tmux ran them all (the sync block came): capture one by one to tell which
+            try:
+                out[pane] = (await self.command(tmux.capture_one_argv(pane), timeout))[0]
+            except ControlError as exc:
+                if exc.reason != "output_too_large":
+                    raise
+                out[pane] = None
+        return out
 
     async def aclose(self, reason: str = "closed") -> None:
         """Detach (end the stream) and fail the waiting callers."""

@@ -253,19 +253,16 @@ class BoxStream:
             dirty &= client.known or set()
             notify = tabs_changed or first
             first = False
-            await client.resume_panes(dirty)
+            captured = await client.resume_and_capture(dirty, self.command_timeout_s)
             for pane in sorted(dirty):
-                try:
-                    reply = await client.command(tmux.capture_one_argv(pane), self.command_timeout_s)
-                except ControlError as exc:
-                    if exc.reason != "output_too_large":
-                        raise
-                    self.screens.pop(pane, None)  # not cached: the watcher's own capture reports it
+                reply = captured.get(pane)
+                if reply is None:
+                    self.screens.pop(pane, None)  # too large, not cached: the watcher's own capture reports it
                     self._wake()
                     continue
-                if not reply[0].ok:
+                if not reply.ok:
                     continue
-                screen = "\n".join(reply[0].lines).rstrip("\n")
+                screen = "\n".join(reply.lines).rstrip("\n")
                 self.screens[pane] = screen
                 key = self.classify(pane, screen) if self.classify is not None else object()
                 if self.keys.get(pane, None) != key or pane not in self.keys:

@@ -87,9 +87,14 @@ def run(obs: Observation, mem: Memory = Memory(), respond: Responder = ok, now: 
     """One pass: decide, answer the blocking actions, decide again until complete. Returns the last decision
     and every intermediate one (the write-ahead snapshots)."""
     results: dict[Any, Any] = {}
-    steps = []
+    steps: list[BoxDecision] = []
     for _ in range(12):
         d = decide(replace(obs, results=dict(results)), mem, now)
+        if steps:  # the replay repeats what was performed (the executor raises ReplayMismatch otherwise)
+            assert d.actions[:len(steps[-1].actions)] == steps[-1].actions, (steps[-1].actions, d.actions)
+        if not d.complete:  # nothing follows the actions that wait for a result
+            waiting = [i for i, a in enumerate(d.actions) if isinstance(a, BLOCKING) and a not in results]
+            assert waiting and waiting == list(range(waiting[0], len(d.actions))), d.actions
         steps.append(d)
         if d.complete:
             return d, steps
