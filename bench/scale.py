@@ -162,6 +162,19 @@ def controller_requests(world: World, start: int, end: int) -> int:
     return sum(1 for e in world.kube.journal[start:end] if not e.user_agent.startswith("Python/"))
 
 
+def burst_requests(world: World, span: tuple[int, int] | None, tabs: int) -> dict:
+    """API requests the controller made in a burst's window, per tab, and how many of them were watcher passes
+    (each pass starts with one existence check, `GET .../agentboxes/<box>`) and status writes."""
+    if span is None or not tabs:
+        return {}
+    mine = [e for e in world.kube.journal[span[0]:span[1]] if not e.user_agent.startswith("Python/")]
+    passes = sum(1 for e in mine if e.method == "GET" and "/agentboxes/" in e.path)
+    writes = sum(1 for e in mine
+                 if e.method == "PATCH" and "/agentboxes/" in e.path and e.path.endswith("/status"))
+    return {"requests_per_tab": round(len(mine) / tabs, 2), "passes_per_tab": round(passes / tabs, 2),
+            "status_writes_per_tab": round(writes / tabs, 2)}
+
+
 def start_profiler(path: str | None, pid: int) -> subprocess.Popen | None:
     """py-spy sampling process `pid` (the operator; every thread, GIL holders only) from the first limit
     line to the last resume, or (`--profile-deadline`) from the first burst's deadline (reset + margin)
@@ -317,16 +330,20 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
         emu_used: dict[float, float] = {}  # this process: the emulated API server, kubelet and provider
         wall_at: dict[float, float] = {}
         wall_used: dict[float, float] = {}
+        journal_at: dict[float, int] = {}
+        journal_span: dict[float, tuple[int, int]] = {}  # API journal indexes of the window
         while time.time() < end and waiting:
             for r in sorted(waiting):
                 if r not in cpu_at and time.time() >= r + settings.resume_margin_s - 0.5:
                     cpu_at[r], emu_at[r], wall_at[r] = cpu_s(), time.process_time(), time.time()
+                    journal_at[r] = len(world.kube.journal)
                     if args.profile_deadline and r == resets[0]:
                         profiler = start_profiler(args.profile, pid)
                 if r in cpu_at and arrived(r):
                     cpu_used[r] = cpu_s() - cpu_at[r]
                     emu_used[r] = time.process_time() - emu_at[r]
                     wall_used[r] = time.time() - wall_at[r]
+                    journal_span[r] = (journal_at[r], len(world.kube.journal))
                     waiting.discard(r)
                     if args.profile_deadline and r == resets[0]:
                         stop_profiler(profiler)
@@ -370,6 +387,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
                 {"tabs": len(members[r]), "resumed": len(v),
                  "p50_s": _r(pct(v, 50)), "p99_s": _r(pct(v, 99)), "max_s": _r(max(v) if v else None),
                  "window_s": _r(wall_used.get(r)), "cpu_s": _r(cpu_used.get(r)),
+                 **burst_requests(world, journal_span.get(r), len(members[r])),
                  "emulator_cpu_s": _r(emu_used.get(r))}
                 for r, v in sorted(lags_of.items())],
             "load_avg_1m": round(os.getloadavg()[0], 2), "wall_s": round(time.time() - t_start, 1),
