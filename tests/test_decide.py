@@ -571,3 +571,26 @@ def test_a_snapshot_written_ahead_announces_nothing_so_the_replay_matches():
     assert len(steps) == 2 and steps[0].actions == (ReadStructured("claude-code", NOW),)
     assert events(d) == [("Warning", C.R_STREAM_UNUSABLE)]
     assert cond(d, C.COND_TERMINAL_STREAM)["reason"] == C.R_STREAM_UNUSABLE
+
+
+# ---------------------------------------------------------------------------------------------- unwatched boxes
+@pytest.mark.parametrize("exists,ready,reason", [
+    (True, "True", C.R_RECONCILED), (False, "False", C.R_SESSION_MISSING),
+    (None, None, None),  # the exec failed: unknown, Ready left as it is
+])
+def test_a_box_whose_tabs_are_not_watched_asks_for_its_session(exists: bool | None, ready: str | None,
+                                                                reason: str | None):
+    from controller.domain.box import CheckSession, SessionSeen
+
+    plain = replace(CLAUDE, subscription=None, watched=False)
+    obs = replace(observe(), box=plain, session=None, tabs=None)
+    d, steps = run(obs, Memory(), lambda a: SessionSeen(exists) if isinstance(a, CheckSession) else ok(a))
+    assert steps[0].actions == (CheckSession(),) and not steps[0].complete
+    if ready is None:
+        assert C.COND_READY not in {c["type"] for c in d.status.conditions}  # type: ignore[union-attr]
+    else:
+        assert (cond(d, C.COND_READY)["status"], cond(d, C.COND_READY)["reason"]) == (ready, reason)
+    # A container that does not run is not asked; a watched box learns it from its tabs.
+    stopped = replace(obs, pod=ContainerView(False, C.R_CONTAINER_WAITING, "CrashLoopBackOff"))
+    assert not any(isinstance(a, CheckSession) for a in run(stopped, Memory())[0].actions)
+    assert not any(isinstance(a, CheckSession) for a in run(replace(observe(), session=None, tabs=None), Memory())[0].actions)

@@ -76,6 +76,13 @@ class ReadUsage:
 
 
 @dataclass(frozen=True)
+class CheckSession:
+    """Blocking: does the box's tmux session exist (`tmux has-session`)? Asked for a box whose tabs are not
+    watched (its Ready needs the session; a watched box learns it from reading its tabs).
+    Result: `SessionSeen`."""
+
+
+@dataclass(frozen=True)
 class ReadStructured:
     """Blocking: read the agent's own machine-readable usage in the box (Claude Code's statusline input,
     Codex's rollout `token_count` events; the sources its adapter lists), `now` the pass's instant (UTC).
@@ -167,6 +174,13 @@ class UsageRead:
 
 
 @dataclass(frozen=True)
+class SessionSeen:
+    """Result of `CheckSession`: True/False, None when the exec itself failed (unknown)."""
+
+    exists: bool | None
+
+
+@dataclass(frozen=True)
 class StructuredRead:
     """Result of `ReadStructured`.
 
@@ -226,9 +240,9 @@ class Done:
     ok: bool
 
 
-Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, PatchStatus, ReadUsage,
-            ReadStructured, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod]
-BLOCKING = (ReadUsage, ReadStructured, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod)
+Act = Union[PostEvent, Count, PressKey, PrintNotice, RemoveLogin, ClearAnnotation, PatchStatus, CheckSession,
+            ReadUsage, ReadStructured, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod]
+BLOCKING = (CheckSession, ReadUsage, ReadStructured, InstallLogin, SwitchSubscription, SendContinue, RunJournal, DeletePod, CreatePod)
 """Actions whose result the decision needs (`Observation.results`)."""
 JOURNALED = (SendContinue, RunJournal)
 """Actions whose tab journals are written to status before their first key."""

@@ -36,9 +36,9 @@ from typing import Any, Mapping, Protocol, Sequence
 from controller import constants as C
 from controller.conditions import rfc3339, set_condition
 from controller.domain.actions import (  # noqa: F401 - the action types are part of this module's interface
-    BLOCKING, JOURNALED, Act, ClearAnnotation, Count, CreatePod, DeletePod, Done, InstallLogin, PatchStatus,
+    BLOCKING, JOURNALED, Act, CheckSession, ClearAnnotation, Count, CreatePod, DeletePod, Done, InstallLogin, PatchStatus,
     PodCreated, Performed, PostEvent, PressKey, PrintNotice, ReadStructured, ReadUsage, RemoveLogin, RunJournal, SendContinue,
-    StructuredRead, SwitchSubscription, UsageRead,
+    SessionSeen, StructuredRead, SwitchSubscription, UsageRead,
 )
 from controller.domain.podheal import decide_pod
 from controller.domain.podstate import ContainerView
@@ -235,7 +235,8 @@ class Observation:
         not_owned: the message of that refusal.
         pod: the box container's view (running or why not); None when there is no pod yet.
         pod_facts: the stored pod for healing; None when not checked.
-        session: the tmux session exists (True/False), None when not checked.
+        session: the tmux session exists (True/False), None when not checked (a box whose tabs are not
+            watched then gets a `CheckSession`).
         capture_failure: why the tabs could not be read (a raw fact; `decide` words the condition), or None.
         tabs: the tabs; None when not read this pass.
         annotations: metadata.annotations.
@@ -680,7 +681,13 @@ def _decide(p: _Pass) -> BoxStatus | None:
         # Limit features are off for this agent: Ready still needs the running container and its session.
         if obs.pod is None:
             return None  # no pod yet: the reconcile owns Ready
-        return _ready_status(p, obs.pod, obs.session if obs.pod.running else None, watched=False)
+        if not obs.pod.running:
+            return _ready_status(p, obs.pod, None, watched=False)
+        session = obs.session
+        if session is None:  # a watched box learns it from reading its tabs; this one asks
+            seen: SessionSeen = p.ask(CheckSession())
+            session = seen.exists
+        return _ready_status(p, obs.pod, session, watched=False)
     if obs.pod is None:
         return None
     if not obs.pod.running:

@@ -20,9 +20,9 @@ from typing import Any, Awaitable, Callable, Mapping
 from controller import constants as C
 from controller import metrics
 from controller.domain.box import (
-    BLOCKING, JOURNALED, Act, BoxDecision, BoxStatus, ClearAnnotation, Count, CreatePod, DeletePod, Done,
+    BLOCKING, JOURNALED, Act, BoxDecision, BoxStatus, CheckSession, ClearAnnotation, Count, CreatePod, DeletePod, Done,
     InstallLogin, PatchStatus, PodCreated, Performed, PostEvent, PressKey, PrintNotice, ReadStructured, ReadUsage,
-    RemoveLogin, RunJournal, SendContinue, StructuredRead, SwitchSubscription, UsageRead, record_to_status,
+    RemoveLogin, RunJournal, SendContinue, SessionSeen, StructuredRead, SwitchSubscription, UsageRead, record_to_status,
     switch_patches,
 )
 from controller.domain.resume import Journal, Step, TabRecord
@@ -139,6 +139,8 @@ class Executor:
     async def _blocking(self, action: Act) -> Any:
         if isinstance(action, ReadUsage):
             return UsageRead(await self._usage(action), self.rt.clock())
+        if isinstance(action, CheckSession):
+            return await self._session()
         if isinstance(action, ReadStructured):
             return await self._structured(action)
         if isinstance(action, InstallLogin):
@@ -209,6 +211,15 @@ class Executor:
             metrics.USAGE_READS.labels(provider, "error").inc()
             log.info("Box %s/%s: usage read failed (%s)", self.namespace, self.name, type(exc).__name__)
             return None
+
+    async def _session(self) -> SessionSeen:
+        """`tmux has-session` in the box container; unknown (None) when the exec itself failed."""
+        try:
+            result = await self.term.exec_fn(tmux.has_session_argv())
+        except Exception as exc:  # noqa: BLE001 - exec transport errors: unknown, retried next scan
+            log.warning("Box %s/%s: exec failed (%s)", self.namespace, self.name, type(exc).__name__)
+            return SessionSeen(None)
+        return SessionSeen(result.rc == 0)
 
     async def _structured(self, action: ReadStructured) -> StructuredRead:
         """The agent's structured usage files (`boxfiles.read_structured`); a failed exec is `failed`."""

@@ -50,7 +50,6 @@ from controller.service.executor import Executor
 from controller.service.status import box_writer
 from controller.terminal.session import BoxTerminal, TmuxCommandFailed
 from controller.terminal.stream import BoxStream, StreamTerminal
-from controller.terminal.tmux import has_session_argv as tmux_has_session_argv
 
 log = logging.getLogger("agentbox.tabs")
 
@@ -129,13 +128,11 @@ class BoxWatcher:
             return d.next_pass_in(self.rt.clock())
         container = box_container((pod or {}).get("spec") or {}, spec.container) if pod else None
         view = box_container_view(pod, pod_name(self.name), container)
-        session = None
-        if not facts.watched and view.running and pod and container:
-            session = await self._session_exists(pod, container)
-        obs = replace(obs, pod=view if pod else None, session=session, pod_facts=PodFacts(
+        obs = replace(obs, pod=view if pod else None, pod_facts=PodFacts(
             pod_name(self.name), pod, ((pod or {}).get("metadata") or {}).get("uid") or "",
             template_hash(spec.template), spec.pod_update, bool(meta.get("deletionTimestamp")), bool(status.get("pod"))))
-        first = await self._run(obs, body=body)
+        plain = BoxTerminal(self._exec_fn(pod, container), s.send_pause_s) if pod and container else None
+        first = await self._run(obs, plain, body=body)
         if not first.observe_tabs or pod is None or container is None:
             return first.next_pass_in(self.rt.clock())
 
@@ -276,12 +273,3 @@ class BoxWatcher:
     def _exec_fn(self, pod: dict[str, Any], container: str):
         """Exec into the box's own pod (`owned_exec`: ownership proven, counted in metrics)."""
         return owned_exec(self.rt.exec, pod, self._uid, self.name, container)
-
-    async def _session_exists(self, pod: dict[str, Any], container: str) -> bool | None:
-        """`tmux has-session` in the box container: True/False, None when exec itself failed."""
-        try:
-            result = await self._exec_fn(pod, container)(tmux_has_session_argv())
-        except Exception as exc:  # noqa: BLE001 - exec transport errors: unknown, retried next scan
-            log.warning("Box %s/%s: exec failed (%s)", self.namespace, self.name, type(exc).__name__)
-            return None
-        return result.rc == 0
