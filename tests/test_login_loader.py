@@ -5,55 +5,26 @@ from __future__ import annotations
 
 import ast
 import base64
-import json
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from controller import constants as C
-from controller.domain.types import Usage, Window
 from controller.runtime import Runtime
 from controller.service import logins as logins_mod
 from controller.service.loginload import load_box_login, parse_held_login
 from controller.service.subscriptions import SubscriptionReader
-from controller.settings import Settings
 from harness.memkube import MemKube as FakeKube
 
+from harness.reader_world import NS, T0, claude_login, reader_runtime, subscription
+
 pytestmark = pytest.mark.unit
-
-T0 = datetime(2026, 3, 10, 1, 0, 0, tzinfo=timezone.utc)
-NS = "team"
-
-
-def claude_login(access: str, expires: datetime) -> str:
-    return json.dumps({"claudeAiOauth": {"accessToken": access, "refreshToken": "refresh-" + access,
-                                         "expiresAt": int(expires.timestamp() * 1000),
-                                         "scopes": ["user:inference"], "subscriptionType": "max"}})
-
-
-class FakeUsage:
-    async def get(self, key, provider, login, max_age_s=None, now=None) -> Usage:
-        return Usage({"five_hour": Window("five_hour", 10.0, T0 + timedelta(hours=2))}, read_at=T0)
-
-
-def subscription(gen: int = 1) -> dict[str, Any]:
-    return {"metadata": {"name": "shared", "namespace": NS, "generation": gen, "uid": "u1", "resourceVersion": "1"},
-            "spec": {"provider": "anthropic", "credentialsSecretRef": {"name": "login-shared", "key": "credentials.json"}},
-            "status": {}}
 
 
 @pytest.fixture
 def rt(monkeypatch: pytest.MonkeyPatch) -> Runtime:
-    kube = FakeKube()
-    kube.secrets[(NS, "login-shared")] = {"credentials.json": claude_login("acc-1", T0 + timedelta(hours=8))}
-    kube.objects[(C.SUBSCRIPTION_PLURAL, NS, "shared")] = subscription()
-
-    async def identity(self, provider, login):  # the provider's answer, without a network
-        return "acct-a"
-    monkeypatch.setattr(logins_mod.LoginKeeper, "_identity", identity)
-    return Runtime(settings=Settings(), kube=kube, usage=FakeUsage(), clock=lambda: T0)  # type: ignore[arg-type]
+    return reader_runtime(monkeypatch)
 
 
 async def test_a_reader_pass_reads_the_subscription_secret_once(rt: Runtime):

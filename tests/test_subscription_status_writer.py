@@ -7,58 +7,25 @@ from __future__ import annotations
 
 import ast
 import inspect
-import json
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controller import constants as C
-from controller.domain.types import Usage, Window
 from controller.handlers import subscriptions as handlers
 from controller.runtime import Runtime
-from controller.service import logins as logins_mod
 from controller.service.status import forget_writer, subscription_writer
 from controller.service.subscriptions import SubscriptionReader, validate_subscription
-from controller.settings import Settings
-from harness.memkube import MemKube
+
+from harness.reader_world import NS, reader_runtime, subscription as stale_body
 
 pytestmark = pytest.mark.unit
-
-T0 = datetime(2026, 3, 10, 1, 0, 0, tzinfo=timezone.utc)
-NS = "team"
-
-
-def claude_login(access: str, expires: datetime) -> str:
-    return json.dumps({"claudeAiOauth": {"accessToken": access, "refreshToken": "refresh-" + access,
-                                         "expiresAt": int(expires.timestamp() * 1000),
-                                         "scopes": ["user:inference"], "subscriptionType": "max"}})
-
-
-class FixedUsage:
-    async def get(self, key, provider, login, max_age_s=None, now=None) -> Usage:
-        return Usage({"five_hour": Window("five_hour", 10.0, T0 + timedelta(hours=2))}, read_at=T0)
-
-
-def stale_body() -> dict[str, Any]:
-    """The Subscription as a handler or daemon saw it before any writer wrote (resourceVersion 1)."""
-    return {"metadata": {"name": "shared", "namespace": NS, "generation": 1, "uid": "u1", "resourceVersion": "1"},
-            "spec": {"provider": "anthropic",
-                     "credentialsSecretRef": {"name": "login-shared", "key": "credentials.json"}},
-            "status": {}}
 
 
 @pytest.fixture
 def rt(monkeypatch: pytest.MonkeyPatch) -> Runtime:
-    kube = MemKube()
-    kube.secrets[(NS, "login-shared")] = {"credentials.json": claude_login("acc-1", T0 + timedelta(hours=8))}
-    kube.objects[(C.SUBSCRIPTION_PLURAL, NS, "shared")] = stale_body()
-
-    async def identity(self, provider, login):  # the provider's answer, without a network
-        return "acct-a"
-    monkeypatch.setattr(logins_mod.LoginKeeper, "_identity", identity)
-    return Runtime(settings=Settings(), kube=kube, usage=FixedUsage(), clock=lambda: T0)  # type: ignore[arg-type]
+    return reader_runtime(monkeypatch)
 
 
 def stored(rt: Runtime) -> dict[str, Any]:

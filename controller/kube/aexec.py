@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
 from typing import Any, Callable
 from urllib.parse import quote, urlencode
 
 import aiohttp
 
+from controller.kube.rest import ssl_context
 from controller.kube.exec import MAX_OUTPUT_BYTES, ExecError, ExecResult, _check_argv, _parse_rc
 
 logger = logging.getLogger("agentbox.exec")
@@ -41,21 +41,6 @@ V4_PROTOCOL = "v4.channel.k8s.io"
 STDIN, STDOUT, STDERR, STATUS, CLOSE = 0, 1, 2, 3, 255
 STATUS_MAX = 64 * 1024
 USER_AGENT = "agentbox-controller (exec)"
-
-
-def _ssl_context(cfg: Any) -> ssl.SSLContext | bool:
-    """TLS settings of a ``kubernetes.client.Configuration``: CA, client certificate, verification."""
-    if not str(cfg.host).startswith("https"):
-        return False
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
-    if cfg.cert_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file or None)
-    if not cfg.verify_ssl:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    elif cfg.assert_hostname is False:
-        ctx.check_hostname = False
-    return ctx
 
 
 class ExecStream:
@@ -186,7 +171,7 @@ class AsyncExec:
         if self._shared is not None:
             return self._shared()
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self.limit, ssl=_ssl_context(self.cfg))
+            connector = aiohttp.TCPConnector(limit=self.limit, ssl=ssl_context(self.cfg))
             self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": USER_AGENT})
         return self._session
 
