@@ -1325,8 +1325,13 @@ def _ready(p: _Pass, conds: list[dict[str, Any]], view: ContainerView, session: 
                          else "Pod running (limit features are off for this agent)", p.now, gen)
 
 
-def _owned(conds: list[dict[str, Any]], types: tuple[str, ...] = WATCHER_CONDITIONS) -> tuple[dict[str, Any], ...]:
-    return tuple(c for c in conds if c.get("type") in types)
+def _owned(conds: list[dict[str, Any]], types: tuple[str, ...] = WATCHER_CONDITIONS,
+           ready_reasons: frozenset[str] | None = READY_REASONS) -> tuple[dict[str, Any], ...]:
+    """The conditions of `types` the watcher writes. A Ready under a reason outside `ready_reasons` is the
+    reconcile's (a failure it reported): kept as it is, so never written back by the watcher, whose copy
+    may be older than the reconcile's newer Ready (a fixed spec). None: every Ready is the watcher's."""
+    return tuple(c for c in conds if c.get("type") in types and not (
+        c.get("type") == C.COND_READY and ready_reasons is not None and c.get("reason") not in ready_reasons))
 
 
 def _not_owned(p: _Pass) -> BoxStatus:
@@ -1339,7 +1344,7 @@ def _not_owned(p: _Pass) -> BoxStatus:
         current = next((c for c in p.obs.conditions if c.get("type") == C.COND_READY), {})
         if current.get("reason") != POD_NOT_OWNED:
             p.event("Warning", POD_NOT_OWNED, msg)
-    return BoxStatus({"state": "Error"}, _owned(conds, (C.COND_READY,)), guard_ready=False)
+    return BoxStatus({"state": "Error"}, _owned(conds, (C.COND_READY,), None), guard_ready=False)
 
 
 def _ready_status(p: _Pass, view: ContainerView, session: bool | None, watched: bool = True) -> BoxStatus:
@@ -1348,6 +1353,9 @@ def _ready_status(p: _Pass, view: ContainerView, session: bool | None, watched: 
     conds = _ready(p, _conds(p), view, session, watched)
     state = p.obs.state
     ready = next((c for c in conds if c.get("type") == C.COND_READY), {})
+    if ready.get("reason") not in READY_REASONS and ready:
+        # The reconcile's failure: its Ready and state are left to it (this copy may be older than its fix).
+        return BoxStatus({}, _owned(conds, (C.COND_POD_OUT_OF_DATE,)))
     if state != "Error" and ready.get("reason") in READY_REASONS:
         state = ("Running" if ready.get("status") == "True"
                  else "NeedsAttention" if ready.get("reason") == C.R_SESSION_MISSING else "Pending")
