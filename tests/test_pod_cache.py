@@ -92,22 +92,13 @@ async def test_on_the_stream_passes_read_no_pod_and_a_deleted_pod_is_read_again(
     pod watch has it); the pod deleted (the stream ends, the watch says DELETED), the next pass reads it
     with a GET, finds it gone and creates the box's pod again."""
     from harness.world_fixtures import FAST, watcher_passes
-    from test_resume_scenarios import tab_status
-    from test_stream_watcher import condition
+    from test_stream_watcher import streaming_box
 
-    from agentbox_sim.world import TabSpec, World, claude_login, eventually, utc_in
+    from agentbox_sim.world import World, eventually
 
     async with World(tmp_path / "world", FAST.model_copy(update={"tmux_stream": True, "stream_rescan_s": 1.0})) as world:
         world.start_operator()
-        world.provider.add_login("tok-a", "acct-a")
-        world.provider.set_windows("acct-a", five_hour=(20.0, utc_in(3600)), weekly=(40.0, utc_in(86400)))
-        await world.add_secret("claude-login", "credentials.json", claude_login("tok-a"))
-        await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
-        await world.add_box("box-a", "claude-code", "claude-a")
-        await world.run_pod("box-a", [TabSpec("main", ["sh"])])
-        await eventually(lambda: condition(world, "box-a", "TerminalStream").get("status") == "True", 15,
-                         what="stream attached")
-        await eventually(lambda: tab_status(world, "box-a", "main").get("state"), 10, what="tab seen")
+        await streaming_box(world)
 
         def pod_gets() -> int:
             return sum(1 for e in world.kube.journal if e.method == "GET" and e.path.endswith("/pods/box-a")

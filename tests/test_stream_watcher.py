@@ -33,6 +33,22 @@ def tmux_execs(world: World) -> list[tuple[str, ...]]:
     return [r.argv for r in world.kube.exec_journal if r.argv[:1] == ("tmux",)]
 
 
+async def streaming_box(world: World) -> None:
+    """Box `box-a` on subscription `claude-a` (20 % used), one `sh` tab, its live stream attached and its
+    tab seen by the operator (already started)."""
+    from agentbox_sim.world import TabSpec, claude_login, utc_in
+
+    world.provider.add_login("tok-a", "acct-a")
+    world.provider.set_windows("acct-a", five_hour=(20.0, utc_in(3600)), weekly=(40.0, utc_in(86400)))
+    await world.add_secret("claude-login", "credentials.json", claude_login("tok-a"))
+    await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
+    await world.add_box("box-a", "claude-code", "claude-a")
+    await world.run_pod("box-a", [TabSpec("main", ["sh"])])
+    await eventually(lambda: condition(world, "box-a", "TerminalStream").get("status") == "True", 15,
+                     what="stream attached")
+    await eventually(lambda: tab_status(world, "box-a", "main").get("state"), 10, what="tab seen")
+
+
 async def test_limit_resumed_over_the_stream_and_waiting_costs_no_exec(sworld: World) -> None:
     world = sworld
     world.start_operator()
@@ -57,19 +73,9 @@ async def test_structured_files_are_read_when_a_tab_stops_not_at_every_pass(swor
     stay in the same state reuse the last read."""
     from harness.world_fixtures import watcher_passes
 
-    from agentbox_sim.world import TabSpec, claude_login, utc_in
-
     world = sworld
     world.start_operator()
-    world.provider.add_login("tok-a", "acct-a")
-    world.provider.set_windows("acct-a", five_hour=(20.0, utc_in(3600)), weekly=(40.0, utc_in(86400)))
-    await world.add_secret("claude-login", "credentials.json", claude_login("tok-a"))
-    await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
-    await world.add_box("box-a", "claude-code", "claude-a")
-    await world.run_pod("box-a", [TabSpec("main", ["sh"])])
-    await eventually(lambda: condition(world, "box-a", "TerminalStream").get("status") == "True", 15,
-                     what="stream attached")
-    await eventually(lambda: tab_status(world, "box-a", "main").get("state"), 10, what="tab seen")
+    await streaming_box(world)
 
     def reads() -> int:  # every exec in the box that is not tmux is a structured read (or a login push)
         return sum(1 for r in world.kube.exec_journal if r.pod == "box-a" and r.argv[:1] != ("tmux",))
