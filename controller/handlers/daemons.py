@@ -56,8 +56,20 @@ def poster(memo: kopf.Memo, body: kopf.Body) -> Callable[[str, str, str], Any]:
 
 def existence_check(rt: Any, plural: str, namespace: str, name: str, uid: str | None) -> Callable[[], Awaitable[bool]]:
     """An `alive()` for `run_passes`: the object still exists with this uid (a re-created object of the
-    same name is another object, with its own daemon)."""
+    same name is another object, with its own daemon).
+
+    Answered from the watch (`Runtime.presence`, fed by the kinds' event handlers) while it vouches for the
+    object; a GET only when it does not (not seen yet, or not confirmed for `presence.recheck_s`: a watch can
+    miss a DELETED across a re-list). A thousand boxes woken by one reset made a thousand GETs before."""
+    presence = rt.presence
+
     async def alive() -> bool:
+        known = presence.alive(plural, namespace, name, uid)
+        if known is not None:
+            return known
         obj = await rt.kube.get_custom(plural, namespace, name)
-        return obj is not None and (uid is None or (obj.get("metadata") or {}).get("uid") == uid)
+        found = obj is not None and (uid is None or (obj.get("metadata") or {}).get("uid") == uid)
+        if found and uid is not None:
+            presence.confirm(plural, namespace, name, uid)
+        return found
     return alive

@@ -98,6 +98,7 @@ class BoxWatcher:
     async def tick(self, body: dict[str, Any]) -> float:
         """Observe, decide, act and record once; return seconds until the next pass is needed."""
         s = self.rt.settings
+        metrics.WATCHER_PASSES.labels(self.namespace, self.name).inc()
         meta = body.get("metadata") or {}
         self._uid = meta.get("uid")
         try:
