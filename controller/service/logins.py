@@ -546,7 +546,7 @@ class LoginKeeper:
         from controller.kube.objects import NotOwned, make_box_secret
 
         try:
-            await self.rt.kube.ensure_secret(make_box_secret(box.body, login_adapter(provider).secret_key, text))
+            await self.rt.kube.ensure_secret(make_box_secret(box.body, login_adapter(provider).login_secret_key(), text))
             # Only where a file exists: a box stopped by the reserve is left without one.
             res = await self._exec(box, login_adapter(provider).login_replace_argv(), stdin=text)
         except NotOwned as exc:
