@@ -10,7 +10,7 @@ import pytest
 
 from controller import heap
 
-pytestmark = pytest.mark.unit
+
 
 
 class Node:
@@ -18,6 +18,7 @@ class Node:
         self.other: "Node | None" = None
 
 
+@pytest.mark.unit
 def test_tune_sets_the_young_threshold_only_and_returns_the_previous() -> None:
     before = gc.get_threshold()
     try:
@@ -29,6 +30,7 @@ def test_tune_sets_the_young_threshold_only_and_returns_the_previous() -> None:
         gc.set_threshold(*before)
 
 
+@pytest.mark.unit
 def test_a_cycle_frozen_while_alive_is_collected_by_the_next_refreeze() -> None:
     """A deleted box's watcher is alive at one freeze and garbage by the next: the next period collects it
     (a freeze without the unfreeze would keep it for good)."""
@@ -47,6 +49,7 @@ def test_a_cycle_frozen_while_alive_is_collected_by_the_next_refreeze() -> None:
         gc.unfreeze()
 
 
+@pytest.mark.unit
 async def test_the_periodic_freeze_runs_and_unfreezes_when_cancelled() -> None:
     try:
         task = asyncio.ensure_future(heap.refreeze_every(3600.0, 0.0))
@@ -58,3 +61,17 @@ async def test_the_periodic_freeze_runs_and_unfreezes_when_cancelled() -> None:
         assert gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.component
+async def test_the_operator_tunes_the_collector_and_puts_it_back(tmp_path) -> None:
+    from harness.world_fixtures import FAST
+
+    from agentbox_sim.world import World, eventually
+
+    before = gc.get_threshold()
+    async with World(tmp_path / "world", FAST.model_copy(update={"gc_gen0_threshold": 4321})) as world:
+        world.start_operator()
+        await eventually(lambda: gc.get_threshold()[0] == 4321, 10, what="threshold set at startup")
+        await world.stop_operator()
+        assert gc.get_threshold() == before
