@@ -80,6 +80,7 @@ class BoxWatcher:
         self.cfg = DecideConfig(ResumeConfig(
             margin_s=s.resume_margin_s, human_idle_s=s.human_idle_s, auto_continue_grace_s=s.auto_continue_grace_s,
             settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
+            prepare_s=s.resume_prepare_s,
         ))
         self.memory: Memory | None = None        # the decision's memory between passes
         self.writer = box_writer(rt, namespace, name)  # the box's one writer, shared with the reconcile
