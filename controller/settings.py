@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     scan_interval_s: float = Field(5.0, gt=0, description="How often each running box's tabs are captured (two exec calls per box; bounds how fast a limit line is seen, and so rotation).")
     tmux_stream: bool = Field(True, description="Follow each box's tmux through one live control-mode exec stream (changed panes only, reaction under a second) instead of polling every scan_interval_s; polling stays the fallback (no tmux, tmux older than 3.2, stream down) and the TerminalStream condition says which is used.")
     stream_rescan_s: float = Field(300.0, gt=0, description="With tmux_stream attached: longest time between two passes of a box whose screens did not change and that has no deadline (such a pass runs no exec; its structured usage files are re-read only when a screen changed).")
+    existence_recheck_s: float = Field(60.0, gt=0, description="A box's tab watcher and a Subscription's usage reader learn that their object still exists from the watch (no request per pass); when the watch has said nothing of the object for this long they GET it once (a watch can miss a deletion across a re-list).")
     resume_margin_s: float = Field(10.0, ge=0, le=30, description="Delay after a reset before `continue` is sent.")
     human_idle_s: float = Field(60.0, ge=0, description="A tab typed in during this time is left alone.")
     auto_continue_grace_s: float = Field(120.0, ge=0, description="Time after the reset left to Claude Code's own continue.")
