@@ -103,6 +103,7 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     finally:
         await watcher.aclose()
         rt.wakeups.pop((ns, name), None)
+        rt.interests.pop((ns, name), None)
         forget_writer(rt, C.AGENTBOX_PLURAL, ns, name)
         metrics.forget_box(ns, name)
         rt.events.forget(ObjectRef.of(body))  # deleted, or the process stops: its Event memory goes too

@@ -44,7 +44,7 @@ async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if event is not None:
         event.set()
     forget_writer(rt, C.SUBSCRIPTION_PLURAL, body.metadata.namespace, body.metadata.name)
-    wake_boxes(rt, body.metadata.namespace)
+    wake_boxes(rt, body.metadata.namespace, body.metadata.name, (body.get("spec") or {}).get("provider"))
 
 
 @kopf.daemon(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="read-usage", cancellation_timeout=5.0, registry=REGISTRY)
