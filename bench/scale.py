@@ -144,12 +144,20 @@ def _pdeathsig() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def spawn_operator(world: World, logfile: pathlib.Path) -> subprocess.Popen:
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def spawn_operator(world: World, logfile: pathlib.Path, metrics_port: int = 0) -> subprocess.Popen:
     """`python -m controller run` against the world's API server, with the world's settings as
-    AGENTBOX_* variables (as bench/faults.py)."""
+    AGENTBOX_* variables (as bench/faults.py); its metrics on `metrics_port` (0: none)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_")}
     env.update({"KUBECONFIG": str(world.kubeconfig), "PYTHONPATH": str(ROOT)})
-    for key, value in world.settings.model_dump(mode="json").items():
+    for key, value in world.settings.model_copy(update={"metrics_port": metrics_port}).model_dump(mode="json").items():
         if value is not None:
             env["AGENTBOX_" + key.upper()] = json.dumps(value) if isinstance(value, (list, dict, bool)) else str(value)
     return subprocess.Popen([sys.executable, "-m", "controller", "run", "--namespace", world.namespace,
@@ -162,16 +170,32 @@ def controller_requests(world: World, start: int, end: int) -> int:
     return sum(1 for e in world.kube.journal[start:end] if not e.user_agent.startswith("Python/"))
 
 
-def burst_requests(world: World, span: tuple[int, int] | None, tabs: int) -> dict:
-    """API requests the controller made in a burst's window, per tab, and how many of them were watcher passes
-    (each pass starts with one existence check, `GET .../agentboxes/<box>`) and status writes."""
+def scraped_passes(port: int | None) -> float:
+    """Tab watcher passes so far, all boxes (`agentbox_watcher_passes_total`): from the operator's metrics
+    endpoint on `port`, or (None: `--in-process`) from this process's registry."""
+    if port is None:
+        from controller import metrics
+
+        return sum(s.value for fam in metrics.REGISTRY.collect() if fam.name == "agentbox_watcher_passes"
+                   for s in fam.samples if s.name.endswith("_total"))
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("agentbox_watcher_passes_total{"))
+
+
+def burst_requests(world: World, span: tuple[int, int] | None, tabs: int, passes: float | None) -> dict:
+    """API requests the controller made in a burst's window, per tab, status writes per tab, and watcher
+    passes per tab (`passes`: the pass counter's increase over the window)."""
     if span is None or not tabs:
         return {}
     mine = [e for e in world.kube.journal[span[0]:span[1]] if not e.user_agent.startswith("Python/")]
-    passes = sum(1 for e in mine if e.method == "GET" and "/agentboxes/" in e.path)
     writes = sum(1 for e in mine
                  if e.method == "PATCH" and "/agentboxes/" in e.path and e.path.endswith("/status"))
-    return {"requests_per_tab": round(len(mine) / tabs, 2), "passes_per_tab": round(passes / tabs, 2),
+    return {"requests_per_tab": round(len(mine) / tabs, 2),
+            "passes_per_tab": round(passes / tabs, 2) if passes is not None else None,
             "status_writes_per_tab": round(writes / tabs, 2)}
 
 
@@ -224,6 +248,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             fifos[box] = workdir / f"{box}.fifo"
             os.mkfifo(fifos[box])
         rss_before = rss_mib()
+        metrics_port: int | None = None
         if args.in_process:
             world.start_operator()
 
@@ -233,7 +258,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             def rss() -> float:
                 return rss_mib() - rss_before
         else:
-            proc = spawn_operator(world, workdir / "operator.log")
+            metrics_port = free_port()
+            proc = spawn_operator(world, workdir / "operator.log", metrics_port)
 
             def cpu_s() -> float:
                 return proc_cpu_s(proc.pid)
@@ -332,11 +358,14 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
         wall_used: dict[float, float] = {}
         journal_at: dict[float, int] = {}
         journal_span: dict[float, tuple[int, int]] = {}  # API journal indexes of the window
+        passes_at: dict[float, float] = {}
+        passes_used: dict[float, float] = {}
         while time.time() < end and waiting:
             for r in sorted(waiting):
                 if r not in cpu_at and time.time() >= r + settings.resume_margin_s - 0.5:
                     cpu_at[r], emu_at[r], wall_at[r] = cpu_s(), time.process_time(), time.time()
                     journal_at[r] = len(world.kube.journal)
+                    passes_at[r] = await asyncio.to_thread(scraped_passes, metrics_port)
                     if args.profile_deadline and r == resets[0]:
                         profiler = start_profiler(args.profile, pid)
                 if r in cpu_at and arrived(r):
@@ -344,6 +373,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
                     emu_used[r] = time.process_time() - emu_at[r]
                     wall_used[r] = time.time() - wall_at[r]
                     journal_span[r] = (journal_at[r], len(world.kube.journal))
+                    passes_used[r] = await asyncio.to_thread(scraped_passes, metrics_port) - passes_at[r]
                     waiting.discard(r)
                     if args.profile_deadline and r == resets[0]:
                         stop_profiler(profiler)
@@ -387,7 +417,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
                 {"tabs": len(members[r]), "resumed": len(v),
                  "p50_s": _r(pct(v, 50)), "p99_s": _r(pct(v, 99)), "max_s": _r(max(v) if v else None),
                  "window_s": _r(wall_used.get(r)), "cpu_s": _r(cpu_used.get(r)),
-                 **burst_requests(world, journal_span.get(r), len(members[r])),
+                 "cpu_ms_per_tab": _r(cpu_used[r] * 1000 / len(members[r])) if r in cpu_used else None,
+                 **burst_requests(world, journal_span.get(r), len(members[r]), passes_used.get(r)),
                  "emulator_cpu_s": _r(emu_used.get(r))}
                 for r, v in sorted(lags_of.items())],
             "load_avg_1m": round(os.getloadavg()[0], 2), "wall_s": round(time.time() - t_start, 1),

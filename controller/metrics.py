@@ -53,6 +53,10 @@ TABS_NEEDING_HUMAN = _gauge("agentbox_tabs_needing_attention", "Tabs that need a
                             ("namespace", "box"))
 TABS_RATE_LIMITED = _gauge("agentbox_tabs_rate_limited", "Tabs stopped on a usage limit, per box.",
                            ("namespace", "box"))
+WATCHER_PASSES = _counter("agentbox_watcher_passes_total", "Tab watcher passes (observe, decide, execute, record), "
+                          "per box: a box that needs no action is passed every streamRescanS on the live stream, "
+                          "every scanIntervalS when polling; a rate far above that is a watcher spinning.",
+                          ("namespace", "box"))
 ROTATION_GROUP_EXHAUSTED = _gauge("agentbox_rotation_group_exhausted", "1 while every subscription of the box's "
                                   "rotation group is exhausted, reserved or disconnected.", ("namespace", "box"))
 

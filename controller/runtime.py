@@ -10,6 +10,7 @@ from controller.events import EventFn, ObjectRef, Recorder
 from controller.kube.objects import Kube
 from controller.service.loginload import SharedLogins
 from controller.service.podcache import WatchedPods
+from controller.service.presence import Presence
 from controller.service.status import StatusWriter
 from controller.service.subviews import SubscriptionViews
 from controller.settings import Clock, Settings, utcnow
@@ -41,6 +42,8 @@ class Runtime:
         logins: a Subscription's login loaded once for the boxes that ask at the same instant
             (`controller.service.loginload.SharedLogins`; nothing kept after).
         pods: the box pods as the pod watch delivered them (`controller.service.podcache.WatchedPods`).
+        presence: which AgentBoxes and Subscriptions exist as their watch said, for the daemons' existence
+            check (`controller.service.presence.Presence`).
     """
 
     settings: Settings
@@ -57,10 +60,12 @@ class Runtime:
     sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
     logins: SharedLogins = field(default_factory=SharedLogins)
     pods: WatchedPods = field(default_factory=WatchedPods)
+    presence: Presence = field(default_factory=Presence)
 
     def __post_init__(self) -> None:
         if self.events is None:
             self.events = Recorder(None, self.notifier, self.clock)
+        self.presence.recheck_s = self.settings.existence_recheck_s
 
     def poster(self, body: Any) -> EventFn:
         """Posts Events on the object `body` (a dict or kopf Body) through `events`."""

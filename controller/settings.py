@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     scan_interval_s: float = Field(5.0, gt=0, description="How often each running box's tabs are captured (two exec calls per box; bounds how fast a limit line is seen, and so rotation).")
     tmux_stream: bool = Field(True, description="Follow each box's tmux through one live control-mode exec stream (changed panes only, reaction under a second) instead of polling every scan_interval_s; polling stays the fallback (no tmux, tmux older than 3.2, stream down) and the TerminalStream condition says which is used.")
     stream_rescan_s: float = Field(300.0, gt=0, description="With tmux_stream attached: longest time between two passes of a box whose screens did not change and that has no deadline (such a pass runs no exec; its structured usage files are re-read only when a screen changed).")
+    existence_recheck_s: float = Field(60.0, gt=0, description="A box's tab watcher and a Subscription's usage reader learn that their object still exists from the watch (no request per pass); when the watch has said nothing of the object for this long they GET it once (a watch can miss a deletion across a re-list).")
     resume_margin_s: float = Field(10.0, ge=0, le=30, description="Delay after a reset before `continue` is sent.")
     human_idle_s: float = Field(60.0, ge=0, description="A tab typed in during this time is left alone.")
     auto_continue_grace_s: float = Field(120.0, ge=0, description="Time after the reset left to Claude Code's own continue.")
@@ -62,6 +63,12 @@ class Settings(BaseSettings):
     usage_max_age_s: float = Field(60.0, ge=0, description="A usage read younger than this is reused.")
     exec_max_output_bytes: int = Field(1048576, ge=65536, description="Most bytes one pod exec call may print (stdout and stderr together); a box printing more gets no further than that (condition BoxOutputTooLarge).")
     exec_timeout_s: float = Field(10.0, gt=0, description="Timeout of one pod exec call.")
+    # --- the Kubernetes API transport (controller/kube/rest.py): one connection pool for REST and exec
+    kube_max_requests: int = Field(64, ge=1, le=4096, description="Most Kubernetes API requests (REST, not exec streams) in flight at once; more wait for a slot. Bounds the controller's share of the API server's max-requests-inflight when a thousand boxes wake at one reset.")
+    kube_request_timeout_s: float = Field(60.0, gt=0, le=600, description="Total time of one Kubernetes API request (connect included); no answer by then is a failed request (status 0, reason Timeout).")
+    kube_connect_timeout_s: float = Field(10.0, gt=0, le=120, description="Time to connect to the Kubernetes API server (part of kube_request_timeout_s).")
+    kube_keepalive_s: float = Field(30.0, gt=0, le=3600, description="How long an idle connection to the Kubernetes API server is kept for reuse.")
+    # --- end Kubernetes API transport
     anthropic_base_url: str = Field("https://api.anthropic.com", description="Anthropic usage API base URL.")
     openai_base_url: str = Field("https://chatgpt.com", description="ChatGPT usage API base URL.")
     # --- login lifecycle (controller/service/logins.py, docs/logins.md)

@@ -418,8 +418,8 @@ async def test_a_hostile_box_stream_does_not_delay_another_box(tmp_path: pathlib
 async def test_a_box_changing_its_tabs_all_the_time_wakes_its_watcher_at_most_once_a_second(
         tmp_path: pathlib.Path) -> None:
     """A pane renaming its window in a loop (or any stream of tab-list changes): before, every change woke
-    the box's watcher after the 0.2 s debounce, and every pass costs API requests (existence check,
-    Subscriptions list): several passes a second, against one every scanIntervalS when polling.  Now the
+    the box's watcher after the 0.2 s debounce, and every pass costs work and API requests (Subscriptions
+    list): several passes a second, against one every scanIntervalS when polling.  Now the
     stream wakes its watcher at most once a second, and a list that did not change wakes nothing."""
     from agentbox_sim.world import TabSpec, World, claude_login, eventually
     from harness.world_fixtures import FAST
@@ -437,10 +437,10 @@ async def test_a_box_changing_its_tabs_all_the_time_wakes_its_watcher_at_most_on
             conds = ((world.box("box-evil") or {}).get("status") or {}).get("conditions") or []
             return any(c["type"] == "TerminalStream" and c["status"] == "True" for c in conds)
         await eventually(streaming, 20, what="stream attached")
-        path = world.box_path("box-evil")
+        from harness.world_fixtures import watcher_passes
 
         def passes() -> int:
-            return len([e for e in world.kube.journal if e.method == "GET" and e.path == path])
+            return watcher_passes(world, "box-evil")
         before, t0 = passes(), time.monotonic()
         await asyncio.sleep(8)
         rate = (passes() - before) / (time.monotonic() - t0)

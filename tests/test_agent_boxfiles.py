@@ -88,6 +88,40 @@ async def test_an_agent_without_a_login_file_gets_no_write():
     assert calls == []
 
 
+async def test_the_login_secret_key_comes_from_the_adapter_only():
+    """The box credentials Secret's key is the adapter's: an agent without one gets no Secret under an
+    invented name (before: the executor wrote ``credentials.json`` for any agent without a key)."""
+    from types import SimpleNamespace
+
+    from controller.agents.adapter import NoLoginFile
+    from controller.service.executor import Executor
+
+    assert get_adapter("claude-code").login_secret_key() == "credentials.json"
+    assert get_adapter("codex").login_secret_key() == "auth.json"
+    with pytest.raises(NoLoginFile, match="agent shell has no login Secret key"):
+        get_adapter("shell").login_secret_key()
+    secrets: list[dict] = []
+    calls: list[list[str]] = []
+
+    async def ensure_secret(body):
+        secrets.append(body)
+
+    async def exec_fn(argv, stdin=None):
+        calls.append(argv)
+        return Res("")
+    rt = SimpleNamespace(kube=SimpleNamespace(ensure_secret=ensure_secret))
+    for agent, key in (("shell", None), ("claude-code", "credentials.json")):
+        ex = Executor(rt, "ns", "box", "uid-1", get_adapter(agent), SimpleNamespace(exec_fn=exec_fn),
+                      lambda *a: None, None, None, {}, None, None)  # type: ignore[arg-type]
+        if key is None:
+            with pytest.raises(NoLoginFile):
+                await ex._put_login('{"claudeAiOauth": {}}')
+            assert secrets == [] and calls == []
+        else:
+            await ex._put_login('{"claudeAiOauth": {}}')
+            assert list(secrets[-1]["data"]) == [key] and len(calls) == 1
+
+
 async def test_print_notice_refuses_a_terminal_outside_dev_and_passes_the_text_as_an_argument():
     calls: list[list[str]] = []
     answers = iter([Res("/tmp/evil\n"), Res("/dev/pts/4\n"), Res("")])

@@ -1,8 +1,9 @@
-"""The emulated API server (agentbox_sim.kube) and the audited exec function (controller.kube.exec).
+"""The emulated API server (agentbox_sim.kube) and its pod exec, driven by the controller's exec client
+(controller.kube.aexec.AsyncExec).
 
 Everything goes over real HTTP on loopback: the official client (blocking, so through asyncio.to_thread:
-the emulator serves on the test's loop), aiohttp for exact content types and watch streams, and the real
-kopf operator in its own thread.
+the emulator serves on the test's loop), aiohttp for exact content types and watch streams, the exec client
+over websockets, and the real kopf operator in its own thread.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import pytest_asyncio
 from harness.kube_fixtures import run_operator
 from kubernetes.client.rest import ApiException
 
-from controller.kube.exec import ExecError, ExecResult, apod_exec, pod_exec
+from controller.kube.aexec import AsyncExec
+from controller.kube.exec import ExecError, ExecResult
 from agentbox_sim.kube import KubeEmulator, LocalExec, TmuxSockets, parse_label_selector
 
 pytestmark = pytest.mark.component
@@ -347,9 +349,19 @@ async def box(kube: KubeEmulator, http: aiohttp.ClientSession) -> str:
     return "box"
 
 
-async def test_exec_drives_a_tmux_server(kube: KubeEmulator, box: str, core_v1: kubernetes.client.CoreV1Api,
+@pytest_asyncio.fixture
+async def aexec(k8s_client: kubernetes.client.ApiClient) -> AsyncIterator[AsyncExec]:
+    """The controller's exec client, configured from the emulator's kubeconfig."""
+    client = AsyncExec(k8s_client.configuration)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def test_exec_drives_a_tmux_server(kube: KubeEmulator, box: str, aexec: AsyncExec,
                                          tmux_sockets: TmuxSockets, local_exec: LocalExec) -> None:
-    run = lambda *argv: apod_exec(core_v1, "default", box, "box", list(argv))  # noqa: E731
+    run = lambda *argv: aexec.run("default", box, "box", list(argv))  # noqa: E731
     assert (await run("tmux", "new-session", "-d", "-s", "agentbox", "-x", "120", "-y", "30")).rc == 0
     assert tmux_sockets("default", box).exists()
     assert (await run("tmux", "send-keys", "-t", "agentbox", "echo hello-from-the-$((6*7))-tab", "Enter")).rc == 0
@@ -372,33 +384,33 @@ async def test_exec_drives_a_tmux_server(kube: KubeEmulator, box: str, core_v1: 
 
 
 async def test_exec_rc_stdin_and_errors(kube: KubeEmulator, box: str, http: aiohttp.ClientSession,
-                                        core_v1: kubernetes.client.CoreV1Api) -> None:
-    failing = await apod_exec(core_v1, "default", box, "box", ["sh", "-c", "echo out; echo err >&2; exit 7"])
+                                        aexec: AsyncExec) -> None:
+    failing = await aexec.run("default", box, "box", ["sh", "-c", "echo out; echo err >&2; exit 7"])
     assert failing == ExecResult("out\n", "err\n", 7)
     assert kube.exec_journal[-1].rc == 7
-    upper = await apod_exec(core_v1, "default", box, "box", ["tr", "a-z", "A-Z"], stdin="secret-ish text")
+    upper = await aexec.run("default", box, "box", ["tr", "a-z", "A-Z"], stdin="secret-ish text")
     assert upper == ExecResult("SECRET-ISH TEXT", "", 0)
-    assert (await apod_exec(core_v1, "default", box, "box", ["no-such-binary-xyz"])).rc == 127
+    assert (await aexec.run("default", box, "box", ["no-such-binary-xyz"])).rc == 127
 
     with pytest.raises(ExecError) as exc:
-        await apod_exec(core_v1, "default", "ghost", "box", ["true"])
+        await aexec.run("default", "ghost", "box", ["true"])
     assert exc.value.status == 404 and exc.value.reason == "handshake"
     with pytest.raises(ExecError) as exc:
-        await apod_exec(core_v1, "default", box, "wrong-container", ["true"])
+        await aexec.run("default", box, "wrong-container", ["true"])
     assert exc.value.status == 400
     await call(http, "POST", PODS, pod("pending"))
     with pytest.raises(ExecError) as exc:
-        await apod_exec(core_v1, "default", "pending", "box", ["true"])
+        await aexec.run("default", "pending", "box", ["true"])
     assert exc.value.status == 400
     with pytest.raises(TypeError):
-        await apod_exec(core_v1, "default", box, "box", "echo hi")  # type: ignore[arg-type]
+        await aexec.run("default", box, "box", "echo hi")  # type: ignore[arg-type]
     with pytest.raises(ExecError) as exc:
-        await apod_exec(core_v1, "default", box, "box", ["sleep", "5"], timeout=0.3)
+        await aexec.run("default", box, "box", ["sleep", "5"], timeout=0.3)
     assert exc.value.reason == "timeout"
 
 
 async def test_a_client_gone_before_its_exec_upgrade_is_a_normal_end(
-        kube: KubeEmulator, box: str, core_v1: kubernetes.client.CoreV1Api, caplog: pytest.LogCaptureFixture,
+        kube: KubeEmulator, box: str, aexec: AsyncExec, caplog: pytest.LogCaptureFixture,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that gave up while its exec was starting (a thousand execs at once) makes the upgrade fail to
     be written ("Cannot write to closing transport"): a real API server logs one line; the emulator must not
@@ -412,47 +424,51 @@ async def test_a_client_gone_before_its_exec_upgrade_is_a_normal_end(
     monkeypatch.setattr(kube, "_serve_exec_upgraded", client_gone_first)
     caplog.set_level(logging.INFO, logger="agentbox.sim.kube")
     with pytest.raises(ExecError):
-        await apod_exec(core_v1, "default", box, "box", ["true"], timeout=5)
+        await aexec.run("default", box, "box", ["true"], timeout=5)
     assert kube.server_errors == []
     assert "emulator failure" not in caplog.text and "Traceback" not in caplog.text
-    # One line, naming the request (in a full run the operator's log redactor, installed by earlier tests,
-    # may have masked the path: "[redacted]").
+    # One line per request, naming it (in a full run the operator's log redactor, installed by earlier
+    # tests, may have masked the path: "[redacted]"). aiohttp sends an idempotent GET a second time when the
+    # server dropped it, so the client may have made two requests: each is journaled as unanswered (0).
     lines = [r.getMessage() for r in caplog.records if r.name == "agentbox.sim.kube"]
-    assert len(lines) == 1 and lines[0] in (
-        f"client went away during GET /api/v1/namespaces/default/pods/{box}/exec",
-        "client went away during GET [redacted]"), lines
-    assert kube.journal[-1].status == 0
+    gone = [e for e in kube.journal if e.path.endswith(f"/pods/{box}/exec")]
+    assert gone and [e.status for e in gone] == [0] * len(gone) and len(lines) == len(gone), (lines, gone)
+    assert set(lines) <= {f"client went away during GET /api/v1/namespaces/default/pods/{box}/exec",
+                          "client went away during GET [redacted]"}, lines
     monkeypatch.undo()
-    assert (await apod_exec(core_v1, "default", box, "box", ["echo", "ok"])).stdout == "ok\n"
+    assert (await aexec.run("default", box, "box", ["echo", "ok"])).stdout == "ok\n"
 
 
 async def test_exec_logs_and_errors_hold_no_output_or_arguments(
-        kube: KubeEmulator, box: str, core_v1: kubernetes.client.CoreV1Api, caplog: pytest.LogCaptureFixture) -> None:
+        kube: KubeEmulator, box: str, aexec: AsyncExec, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="agentbox.exec")
-    await apod_exec(core_v1, "default", box, "box", ["sh", "-c", "echo TOKEN-OUT; echo TOKEN-ERR >&2", "TOKEN-ARG"])
+    await aexec.run("default", box, "box", ["sh", "-c", "echo TOKEN-OUT; echo TOKEN-ERR >&2", "TOKEN-ARG"])
     with pytest.raises(ExecError) as exc:
-        await apod_exec(core_v1, "default", "ghost", "box", ["printf", "TOKEN-ARG2"])
+        await aexec.run("default", "ghost", "box", ["printf", "TOKEN-ARG2"])
     text = caplog.text + str(exc.value) + repr(exc.value)
     assert "TOKEN" not in text
     assert "default/box" in caplog.text and "argv0=sh" in caplog.text and "rc=0" in caplog.text
     assert exc.value.__cause__ is None and exc.value.__suppress_context__
 
 
-async def test_concurrent_execs_keep_the_shared_client_intact(
-        kube: KubeEmulator, box: str, core_v1: kubernetes.client.CoreV1Api) -> None:
+async def test_concurrent_execs_each_get_their_own_output(kube: KubeEmulator, box: str, aexec: AsyncExec,
+                                                        core_v1: kubernetes.client.CoreV1Api) -> None:
+    """Forty execs at once over one connection pool: each gets its own command's output and exit status,
+    the emulator journals forty commands, and the API keeps serving REST requests meanwhile."""
     started = time.monotonic()
-    results = await asyncio.gather(*(apod_exec(core_v1, "default", box, "box", ["echo", str(i)]) for i in range(40)))
+    results = await asyncio.gather(*(aexec.run("default", box, "box", ["echo", str(i)]) for i in range(40)))
     elapsed = time.monotonic() - started
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(40)]
-    # kubernetes.stream patches call_api of the client it is given: the shared one must stay a REST client.
+    assert sorted(int(r.argv[1]) for r in kube.exec_journal if r.rc == 0) == list(range(40))
     pods = await asyncio.to_thread(core_v1.list_namespaced_pod, "default")
     assert [p.metadata.name for p in pods.items] == ["box"]
-    assert elapsed < 10
+    assert aexec.calls == 40 and aexec.open_streams == 0
     logging.getLogger(__name__).info("40 concurrent execs took %.2fs", elapsed)
 
 
-def test_pod_exec_is_blocking_and_usable_from_threads(tmp_path: pathlib.Path) -> None:
-    """pod_exec in plain sync code, with the emulator on a loop in another thread (like kopf sync handlers)."""
+def test_the_emulator_serves_exec_from_its_own_thread(tmp_path: pathlib.Path) -> None:
+    """The emulator on a loop in another thread (as the operator tests run it) serves an exec client on
+    this thread's loop: nothing in it is bound to the caller's loop."""
     sockets = TmuxSockets()
     loop = asyncio.new_event_loop()
     kube = KubeEmulator([], exec_handler=LocalExec(tmp_path, sockets), require_running=False)
@@ -462,11 +478,18 @@ def test_pod_exec_is_blocking_and_usable_from_threads(tmp_path: pathlib.Path) ->
         asyncio.run_coroutine_threadsafe(kube.start(), loop).result(5)
         asyncio.run_coroutine_threadsafe(kube.create_object("pods", pod("p", namespace="default")), loop).result(5)
         client = kubernetes.config.new_client_from_config(config_file=str(kube.write_kubeconfig(tmp_path / "kc")))
+
+        async def run() -> ExecResult:
+            aexec = AsyncExec(client.configuration)
+            try:
+                return await aexec.run("default", "p", "box", ["echo", "threaded"])
+            finally:
+                await aexec.aclose()
         try:
-            result = pod_exec(kubernetes.client.CoreV1Api(client), "default", "p", "box", ["echo", "sync"])
+            result = asyncio.run(run())
         finally:
             client.close()
-        assert result == ExecResult("sync\n", "", 0)
+        assert result == ExecResult("threaded\n", "", 0)
     finally:
         asyncio.run_coroutine_threadsafe(kube.stop(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
@@ -516,20 +539,19 @@ async def test_real_kopf_operator_against_the_emulator(
     logging.getLogger(__name__).info("kopf: status patched after %.2fs, total with stop %.2fs", ready, total)
 
 
-async def test_exec_output_is_bounded_while_it_arrives(kube: KubeEmulator, box: str,
-                                                       core_v1: kubernetes.client.CoreV1Api) -> None:
+async def test_exec_output_is_bounded_while_it_arrives(kube: KubeEmulator, box: str, aexec: AsyncExec) -> None:
     """A box owns the binaries it runs: a `tmux` that prints 32 MiB must not reach the controller's
     memory. The bound counts stdout and stderr together, frame by frame (issue 9, finding 6)."""
     big = ["sh", "-c", "head -c 33554432 /dev/zero | tr '\\0' x"]
     with pytest.raises(ExecError) as exc:
-        await apod_exec(core_v1, "default", box, "box", big, max_output=256 * 1024)
+        await aexec.run("default", box, "box", big, max_output=256 * 1024)
     assert exc.value.reason == "output_too_large" and "33554432" not in str(exc.value)
     with pytest.raises(ExecError) as exc:
-        await apod_exec(core_v1, "default", box, "box",
+        await aexec.run("default", box, "box",
                         ["sh", "-c", "head -c 200000 /dev/zero | tr '\\0' o; head -c 200000 /dev/zero | tr '\\0' e >&2"],
                         max_output=300_000)
     assert exc.value.reason == "output_too_large"
-    fits = await apod_exec(core_v1, "default", box, "box", ["sh", "-c", "head -c 200000 /dev/zero | tr '\\0' y"],
+    fits = await aexec.run("default", box, "box", ["sh", "-c", "head -c 200000 /dev/zero | tr '\\0' y"],
                            max_output=300_000)
     assert fits.rc == 0 and fits.stdout == "y" * 200000
 

@@ -227,3 +227,31 @@ def test_proxy_and_tls_server_name_come_from_the_configuration() -> None:
     cfg.no_proxy = "10.0.0.1"
     assert "proxy" not in Rest(cfg).request_options  # no_proxy names the API server: reached directly
     assert Rest(_cfg("http://127.0.0.1:1")).request_options == {}
+
+
+async def test_the_transport_limits_are_operator_settings(kube: KubeEmulator, kubeconfig: Any) -> None:
+    """The REST limits (requests in flight, timeouts, keep-alive) are settings (`AGENTBOX_KUBE_*`, chart
+    `settings.kube*`): the startup handler builds the process's transport with them. Before: the
+    constructor's defaults (64 in flight, 60 s, 10 s, 30 s) whatever the operator was given."""
+    import logging
+
+    import kopf
+    from pydantic import ValidationError
+
+    from controller.handlers.startup import cleanup, startup
+    from controller.settings import Settings
+
+    env = {"AGENTBOX_KUBE_MAX_REQUESTS": "2", "AGENTBOX_KUBE_REQUEST_TIMEOUT_S": "7",
+           "AGENTBOX_KUBE_CONNECT_TIMEOUT_S": "3", "AGENTBOX_KUBE_KEEPALIVE_S": "5"}
+    memo = kopf.Memo(settings=Settings.from_env(env), kubeconfig=str(kubeconfig), no_metrics=True)
+    await startup(settings=kopf.OperatorSettings(), memo=memo, logger=logging.getLogger(__name__))
+    try:
+        rest = memo.rest
+        assert (rest.max_requests, rest.timeout.total, rest.timeout.sock_connect, rest.keepalive_s) == (2, 7, 3, 5)
+        assert memo.aexec._sess() is rest.session()  # exec shares that pool
+        assert await memo.runtime.kube.get_custom(C.AGENTBOX_PLURAL, NS, "nope") is None
+    finally:
+        await cleanup(memo=memo)
+    for bad in ({"AGENTBOX_KUBE_MAX_REQUESTS": "0"}, {"AGENTBOX_KUBE_REQUEST_TIMEOUT_S": "0"}):
+        with pytest.raises(ValidationError):
+            Settings.from_env(bad)

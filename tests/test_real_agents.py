@@ -316,7 +316,7 @@ async def test_claude_half_typed_line_after_the_reset_is_reported_once_and_not_s
     except TimeoutError:
         raise AssertionError(dump(world, box)) from None
 
-    # Watcher passes in either mode (one GET of the box each; a pass on the live stream runs no exec).
+    # Watcher passes in either mode (the controller's pass counter; a pass on the live stream runs no exec).
     # The stream re-handles an unchanged box every stream_rescan_s, here the scan interval (see REAL).
     def passes() -> int:
         return watcher_passes(world, box)

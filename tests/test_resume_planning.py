@@ -392,6 +392,37 @@ def test_usage_api_down_waits_for_the_end_of_the_printed_minute():
     assert sent.record.phase == Phase.RESUMING and sent.record.attempts == 1
 
 
+def _exhausted_until(now: datetime) -> Usage:
+    return Usage({"five_hour": Window("five_hour", 100.0, now + timedelta(hours=1))}, read_at=now)
+
+
+@pytest.mark.parametrize("verdict_at, words", [
+    (lambda due: usage_verdict(None, "five_hour", due), "Usage API could not confirm the reset"),
+    (lambda due: usage_verdict(_exhausted_until(due), "five_hour", due), "Not reset yet"),
+], ids=["api-down", "not-reset-yet"])
+def test_a_wait_set_by_the_usage_read_keeps_its_words_until_it_ends(verdict_at, words):
+    """The usage read at the reset sets a later resume and says why. Before: the next pass (within a
+    second) reworded it as the plain wait for the screen's printed reset ("Usage limit until 14:00 UTC"),
+    so `kubectl` hardly ever showed why the continue had not come."""
+    rec = plan_tab(TabRecord("t"), limited(), None, T0, CFG).record
+    due = RESET + timedelta(seconds=11)
+    wait = after_usage(plan_tab(rec, limited(), None, due, CFG).record, verdict_at(due), due, CFG)
+    end = wait.record.resume_at
+    assert end is not None and end > due and (wait.record.message or "").startswith(words)
+    rec = wait.record
+    for later in (due, due + timedelta(seconds=1), end - timedelta(seconds=1)):
+        nxt = plan_tab(rec, limited(), None, later, CFG)
+        assert (nxt.action, nxt.wake_at, nxt.record.resume_at) == (Action.NONE, end, end)
+        assert nxt.record.message == wait.record.message, later
+        rec = nxt.record
+    assert plan_tab(rec, limited(), None, end, CFG).action == Action.CHECK_USAGE  # the wait ended
+    # Another wait gets its own words: a new limit event, or the native wait armed meanwhile.
+    other = plan_tab(rec, limited(reset=RESET + timedelta(hours=3), evidence="resets 3pm"), None, due, CFG)
+    assert (other.record.message or "").startswith("Usage limit until")
+    armed = plan_tab(rec, limited(auto_continue=True), None, due, CFG)
+    assert armed.record.resume_at != end and "continues by itself" in (armed.record.message or "")
+
+
 def test_usage_api_down_with_an_exact_structured_reset_sends_at_once():
     det = limited(detected_by="structured:statusline", reset=RESET + timedelta(seconds=37))
     rec = plan_tab(TabRecord("t"), det, None, T0, CFG).record

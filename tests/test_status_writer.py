@@ -8,6 +8,7 @@ Against the emulated API server over the controller's own REST transport.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import kopf
@@ -116,3 +117,47 @@ async def test_a_write_is_not_skipped_after_another_writer_changed_status(rt: Ru
     assert await other.write({"state": "Running"}, ())
     await reconcile(body=kopf.Body(await _stored(rt)), memo=kopf.Memo(runtime=rt))
     assert not await other.write({"state": "Running"}, ())  # stale: status says Error
+
+
+async def test_keeper_writes_without_a_condition_cost_no_409(rt: Runtime, kube: KubeEmulator,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The login keeper's writes that set no condition (status.account, the refresh-in-flight mark) keep the
+    resourceVersion the API server answered, so the next write of conditions (the usage reader's, in the
+    same tick) is made at the current version. Before: it was made at the version of the copy the daemon
+    was given, answered 409 and cost a re-read, on every first tick and around every refresh."""
+    import base64
+
+    from controller.service import logins as logins_mod
+    from controller.service.status import subscription_writer
+    from controller.service.subscriptions import SubscriptionReader
+    from harness.reader_world import T0, FixedUsage, claude_login
+
+    async def identity(self: Any, provider: str, login: Any) -> str:  # the provider's answer, no network
+        return "acct-a"
+    monkeypatch.setattr(logins_mod.LoginKeeper, "_identity", identity)
+    rt.usage, rt.clock = FixedUsage(), (lambda: T0)  # type: ignore[assignment]
+    text = claude_login("acc-1", T0 + timedelta(hours=8))
+    await rt.kube.rest.request("POST", f"/api/v1/namespaces/{NS}/secrets", body={
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login-shared"},
+        "data": {"credentials.json": base64.b64encode(text.encode()).decode()}})
+    subs = f"/apis/{C.GROUP}/{C.VERSION}/namespaces/{NS}/{C.SUBSCRIPTION_PLURAL}"
+    body = await rt.kube.rest.request("POST", subs, body={
+        "apiVersion": C.API_VERSION, "kind": C.SUBSCRIPTION_KIND, "metadata": {"name": "shared"},
+        "spec": {"provider": "anthropic", "credentialsSecretRef": {"name": "login-shared", "key": "credentials.json"}}})
+
+    def status_requests() -> list[tuple[str, int]]:
+        return [(e.method, e.status) for e in kube.journal
+                if e.path.startswith(f"{subs}/shared") and e.method in ("GET", "PATCH")]
+    await SubscriptionReader(rt, NS, "shared", lambda *a: None).tick(body)
+    assert status_requests() == [("PATCH", 200), ("PATCH", 200)], status_requests()  # no 409, no re-read
+    stored = await rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, NS, "shared")
+    assert stored is not None and stored["status"]["account"] == "acct-a"  # the keeper's write (no condition)
+    assert C.COND_USAGE_FETCHED in _conds(stored)                           # then the reader's conditions
+    # The write-ahead mark of a refresh, then a condition: again at the version the mark created.
+    writer = subscription_writer(rt, NS, "shared")
+    writer.forget()
+    assert await writer.write({"refreshInFlight": "sha256:0123abcd"})
+    assert await writer.write({}, [{"type": "LoginRefreshed", "status": "True", "reason": "Refreshed",
+                                    "message": "renewed", "lastTransitionTime": "2026-03-10T01:00:00Z"}])
+    assert status_requests()[-2:] == [("PATCH", 200), ("PATCH", 200)], status_requests()
+    assert not [e for e in kube.journal if e.status == 409]

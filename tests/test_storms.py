@@ -3,8 +3,8 @@ re-announced. The real operator runs against the emulator; every exec call and e
 the emulator's journal, so each scenario counts watcher passes, exec calls, Events and webhook calls
 while the box sits in one unchanging state.
 
-A pass is counted by its box's existence check (`harness.world_fixtures.watcher_passes`: one per pass, on
-the live stream as when polling). Instead of sleeping for a fixed window, each test waits for a number of
+A pass is counted by the controller's pass counter (`harness.world_fixtures.watcher_passes`:
+`agentbox_watcher_passes_total`, on the live stream as when polling). Instead of sleeping for a fixed window, each test waits for a number of
 passes and checks how long they took: a sane watcher needs about a scan interval per pass; a hot loop does
 them in milliseconds. On the live stream an unchanged box is only re-passed every `stream_rescan_s`; these
 worlds set it to the scan interval so the unchanged state IS re-handled (what must not spin nor

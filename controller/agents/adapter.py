@@ -142,6 +142,18 @@ class AgentAdapter:
             raise NoLoginFile(f"agent {self.name} has no login file path")
         return self.login_file
 
+    def login_secret_key(self) -> str:
+        """The key of the login file in the box credentials Secret (:attr:`secret_key`, e.g.
+        ``credentials.json``). The adapter is the only source: there is no default file name.
+
+        Raises:
+            NoLoginFile: the agent has none (the controller installs no login for it: asking is a
+                programming error, never a reason to invent a key).
+        """
+        if not self.secret_key:
+            raise NoLoginFile(f"agent {self.name} has no login Secret key")
+        return self.secret_key
+
     def login_write_argv(self) -> list[str]:
         """argv writing stdin to the login file (``$HOME/<login_file>``, mode 0600, atomic; parents made).
 

@@ -288,9 +288,10 @@ def _schedule(rec: TabRecord, det: Detection, now: datetime, cfg: ResumeConfig, 
     rec = replace(rec, resume_at=resume_at)
     if resume_at > now:
         who = "Claude Code continues by itself; checking at" if det.auto_continue else "Resuming at"
-        return TabPlan(replace(rec, phase=Phase.RATE_LIMITED,
-                               message=f"Usage limit until {reset_txt}. {who} {resume_at:%H:%M:%S} UTC"),
-                       wake_at=resume_at)
+        message = f"Usage limit until {reset_txt}. {who} {resume_at:%H:%M:%S} UTC"
+        if _explains_wait(rec, resume_at):
+            message = rec.message or message  # kept until the wait it explains ends
+        return TabPlan(replace(rec, phase=Phase.RATE_LIMITED, message=message), wake_at=resume_at)
     if busy_until:
         return TabPlan(replace(rec, phase=Phase.RATE_LIMITED,
                                message="Reset passed; waiting until the human has not typed for a minute"),
@@ -299,6 +300,20 @@ def _schedule(rec: TabRecord, det: Detection, now: datetime, cfg: ResumeConfig, 
         return _needs_attention(rec, "Reset passed but the prompt holds a half-typed line; left intact for its author",
                                 "PromptNotEmpty")
     return TabPlan(rec, action=Action.CHECK_USAGE)
+
+
+_AFTER_USAGE_WAITS = ("Not reset yet (", "Usage API could not confirm the reset (")
+"""How `after_usage` words a wait it sets (the usage read said "not yet", or could not confirm a reset the
+screen prints to the minute)."""
+
+
+def _explains_wait(rec: TabRecord, resume_at: datetime) -> bool:
+    """`rec.message` is `after_usage`'s word for the wait that ends at `resume_at` (it names that instant).
+    The next passes keep it until then: the screen's line alone would word the wait as the plain one for the
+    printed reset, within a second of the usage read, and the reason for the later resume would be lost."""
+    msg = rec.message or ""
+    return (rec.phase == Phase.RATE_LIMITED and msg.startswith(_AFTER_USAGE_WAITS)
+            and msg.endswith(f"{resume_at:%H:%M:%S} UTC"))
 
 
 @dataclass(frozen=True)

@@ -38,38 +38,32 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         raise kopf.TemporaryError(outcome.events[-1][2] if outcome.events else "retrying", delay=outcome.retry_after)
 
 
-def _deleted(type: str, **_: Any) -> bool:  # noqa: A002 - kopf passes the watch event type as `type`
-    return type == "DELETED"
-
-
-@kopf.on.event(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="box-gone", when=_deleted, registry=REGISTRY)
-async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A deleted box (no finalizer holds it): wake its tab watcher, which sees it gone and stops."""
-    key = (body.metadata.namespace, body.metadata.name)
-    forget_writer(memo.runtime, C.AGENTBOX_PLURAL, *key)
-    event = memo.runtime.wakeups.get(key)
-    if event is not None:
-        event.set()
-
-
 _ASKED = (C.ANNOTATION_RESUME_NOW, C.ANNOTATION_RESUME_AT, C.ANNOTATION_CANCEL_RESUME)
 _asked: dict[tuple[str, str], tuple[str | None, ...]] = {}
 
 
-@kopf.on.event(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="box-asked", registry=REGISTRY)
-async def asked(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A human set or changed a resume annotation (resume-now, resume-at, cancel-resume): wake the box's tab
-    watcher now. On the live tmux stream nothing else would (no screen changed; kopf calls no update
-    handler for annotations); polling would only see it at its next scan. Only wakes."""
+@kopf.on.event(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="box-event", registry=REGISTRY)
+async def box_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Every watch event of a box (one handler: kopf's cost is per handler and event). Records that the box
+    exists or is gone (`Runtime.presence`: the tab watcher's existence check needs no GET), and wakes its tab
+    watcher when it was deleted (no finalizer holds it: the watcher sees it gone and stops) or a human set or
+    changed a resume annotation (resume-now, resume-at, cancel-resume: on the live stream nothing else would
+    wake it, kopf calls no update handler for annotations). Only records and wakes."""
+    rt: Runtime = memo.runtime
+    rt.presence.observe(C.AGENTBOX_PLURAL, event.get("type"), event.get("object"))
     key = (body.metadata.namespace, body.metadata.name)
     if event.get("type") == "DELETED":
         _asked.pop(key, None)
+        forget_writer(rt, C.AGENTBOX_PLURAL, *key)
+        wake = rt.wakeups.get(key)
+        if wake is not None:
+            wake.set()
         return
     annotations = body.metadata.annotations or {}
     values = tuple(annotations.get(a) for a in _ASKED)
     if _asked.get(key, (None,) * len(_ASKED)) != values:
         _asked[key] = values
-        memo.runtime.wakeup(*key).set()
+        rt.wakeup(*key).set()
 
 
 @kopf.on.event("", "v1", "pods", id="box-pod-changed", labels={C.LABEL_BOX: kopf.PRESENT,
@@ -100,10 +94,14 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
         await run_passes(lambda: watcher.tick(dict(body)), rt.wakeup(ns, name), stopped,
                          rt.settings.scan_interval_s, logger, "Tab watch",
                          existence_check(rt, C.AGENTBOX_PLURAL, ns, name, body.metadata.uid))
-    finally:
-        await watcher.aclose()
+    finally:  # what is kept about the box goes first: a cancelled aclose() must not skip it
         rt.wakeups.pop((ns, name), None)
+<<<<<<< HEAD
         rt.interests.pop((ns, name), None)
+=======
+        rt.presence.forget(C.AGENTBOX_PLURAL, ns, name, body.metadata.uid)
+>>>>>>> main
         forget_writer(rt, C.AGENTBOX_PLURAL, ns, name)
         metrics.forget_box(ns, name)
         rt.events.forget(ObjectRef.of(body))  # deleted, or the process stops: its Event memory goes too
+        await watcher.aclose()

@@ -19,7 +19,6 @@ async def run_passes(tick: Callable[[], Awaitable[float]], wake: asyncio.Event, 
     A failing pass is logged by exception type only (messages may hold secrets) and retried after
     `on_error_delay` seconds; one object's failure never stops the others.
     """
-    loop = asyncio.get_running_loop()
     while not stopped:
         if alive is not None:
             try:
@@ -36,16 +35,35 @@ async def run_passes(tick: Callable[[], Awaitable[float]], wake: asyncio.Event, 
         except Exception as exc:  # noqa: BLE001
             logger.warning("%s failed (%s); retrying", what, type(exc).__name__)
             delay = on_error_delay
-        until = loop.time() + delay
-        # Short waits so a stop is noticed within a second (kopf cancels daemons that linger).
-        while not stopped and not wake.is_set():
-            remaining = until - loop.time()
-            if remaining <= 0:
-                break
-            try:
-                await asyncio.wait_for(wake.wait(), timeout=min(remaining, 1.0))
-            except asyncio.TimeoutError:
-                pass
+        if not stopped and not wake.is_set() and delay > 0:
+            await _sleep(wake, stopped, delay)
+
+
+async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
+    """Sleep `delay` seconds or until `wake` is set or the daemon is stopped, whichever comes first.
+
+    One waiter for each (a stop is noticed at once: kopf cancels daemons that linger), not a wake-up every
+    second to look at the stop flag: with a thousand boxes that was a thousand timed waits a second, idle or
+    not (each a task and a timer), which the operator paid for at every reset too. A stop flag that cannot
+    be awaited (not kopf's) is looked at every second."""
+    async def stop() -> None:
+        await stopped.wait()
+
+    awaitable = callable(getattr(stopped, "wait", None))
+    until = asyncio.get_running_loop().time() + delay
+    while not stopped and not wake.is_set():
+        remaining = until - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return
+        waiters = [asyncio.ensure_future(wake.wait())]
+        if awaitable:
+            waiters.append(asyncio.ensure_future(stop()))
+        try:
+            await asyncio.wait(waiters, timeout=remaining if awaitable else min(remaining, 1.0),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
 
 
 def poster(memo: kopf.Memo, body: kopf.Body) -> Callable[[str, str, str], Any]:
@@ -56,8 +74,20 @@ def poster(memo: kopf.Memo, body: kopf.Body) -> Callable[[str, str, str], Any]:
 
 def existence_check(rt: Any, plural: str, namespace: str, name: str, uid: str | None) -> Callable[[], Awaitable[bool]]:
     """An `alive()` for `run_passes`: the object still exists with this uid (a re-created object of the
-    same name is another object, with its own daemon)."""
+    same name is another object, with its own daemon).
+
+    Answered from the watch (`Runtime.presence`, fed by the kinds' event handlers) while it vouches for the
+    object; a GET only when it does not (not seen yet, or not confirmed for `presence.recheck_s`: a watch can
+    miss a DELETED across a re-list). A thousand boxes woken by one reset made a thousand GETs before."""
+    presence = rt.presence
+
     async def alive() -> bool:
+        known = presence.alive(plural, namespace, name, uid)
+        if known is not None:
+            return known
         obj = await rt.kube.get_custom(plural, namespace, name)
-        return obj is not None and (uid is None or (obj.get("metadata") or {}).get("uid") == uid)
+        found = obj is not None and (uid is None or (obj.get("metadata") or {}).get("uid") == uid)
+        if found and uid is not None:
+            presence.confirm(plural, namespace, name, uid)
+        return found
     return alive

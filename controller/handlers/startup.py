@@ -43,7 +43,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     exec_override = getattr(memo, "exec", None)
     # Every API request runs on the event loop over ONE session (one connection pool): the REST calls
     # (controller.kube.rest) and the exec streams (controller.kube.aexec says why aiohttp).
-    rest = memo.rest = Rest(cfg)
+    rest = memo.rest = Rest.from_settings(cfg, ops)
     aexec = memo.aexec = AsyncExec(cfg, session=rest.session)
 
     async def run_exec(namespace: str, pod: str, container: str, argv: list[str], stdin: str | None = None):

@@ -31,18 +31,18 @@ async def validate(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name).set()
 
 
-def _deleted(type: str, **_: Any) -> bool:  # noqa: A002 - kopf passes the watch event type as `type`
-    return type == "DELETED"
-
-
-@kopf.on.event(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="subscription-gone", when=_deleted, registry=REGISTRY)
-async def gone(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A deleted subscription (seen on the watch: no finalizer holds it): stop its reader now and wake
+@kopf.on.event(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="subscription-event", registry=REGISTRY)
+async def subscription_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Every watch event of a subscription: record that it exists or is gone (`Runtime.presence`: the usage
+    reader's existence check needs no GET). Deleted (no finalizer holds it): stop its reader now and wake
     the boxes of its namespace (rotation moves them at once)."""
     rt: Runtime = memo.runtime
-    event = rt.wakeups.get((C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name))
-    if event is not None:
-        event.set()
+    rt.presence.observe(C.SUBSCRIPTION_PLURAL, event.get("type"), event.get("object"))
+    if event.get("type") != "DELETED":
+        return
+    wake = rt.wakeups.get((C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name))
+    if wake is not None:
+        wake.set()
     forget_writer(rt, C.SUBSCRIPTION_PLURAL, body.metadata.namespace, body.metadata.name)
     wake_boxes(rt, body.metadata.namespace, body.metadata.name, (body.get("spec") or {}).get("provider"))
 
@@ -61,5 +61,6 @@ async def read_usage(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
                          existence_check(rt, C.SUBSCRIPTION_PLURAL, ns, name, body.metadata.uid))
     finally:
         rt.wakeups.pop((C.SUBSCRIPTION_PLURAL + "/" + ns, name), None)
+        rt.presence.forget(C.SUBSCRIPTION_PLURAL, ns, name, body.metadata.uid)
         forget_writer(rt, C.SUBSCRIPTION_PLURAL, ns, name)
         metrics.forget_subscription(ns, name)

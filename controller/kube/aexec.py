@@ -14,9 +14,9 @@ Why aiohttp's websocket client and not another library (issue 12, part 4):
 The wire protocol (``v5.channel.k8s.io`` preferred, ``v4`` accepted) is the API server's streaming exec:
 binary frames whose first byte is the channel: 0 stdin (to the server), 1 stdout, 2 stderr, 3 the final
 ``Status`` (JSON), 255 (v5 only) ``[255, channel]`` closes a stream.  The exit code is read from the channel-3
-``Status`` exactly as :func:`controller.kube.exec.pod_exec` reads it (``_parse_rc``).
+``Status`` (:func:`controller.kube.exec._parse_rc`).
 
-Security rules are those of :mod:`controller.kube.exec`: argv lists only, logs and errors name namespace,
+Security rules are those stated in :mod:`controller.kube.exec`: argv lists only, logs and errors name namespace,
 pod, container and ``argv[0]`` only, output bounded while it arrives (``max_output`` bytes, 1 MiB by default,
 reason ``"output_too_large"``), the channel-3 status bounded to 64 KiB.
 """
@@ -208,7 +208,7 @@ class AsyncExec:
     async def run(self, namespace: str, pod: str, container: str, argv: list[str], *,
                   stdin: str | None = None, timeout: float = 10.0,
                   max_output: int = MAX_OUTPUT_BYTES) -> ExecResult:
-        """Run ``argv`` to completion, like :func:`controller.kube.exec.pod_exec` (same result and errors).
+        """Run ``argv`` to completion and return what it printed and its exit code.
 
         :param stdin: text written to stdin, then stdin is closed (v5).
         :param timeout: seconds for the whole call.

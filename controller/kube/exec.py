@@ -1,9 +1,10 @@
-"""The one audited pod-exec function: argv only, named container, no TTY, timeouts, sanitized errors and logs.
+"""Pod exec: its result and error types, the exit-status parser, and the ownership-checked entry points.
 
-Every command the controller runs inside a box pod goes through :func:`pod_exec` (blocking, for sync code
-and threads) or :func:`apod_exec` (the same in a worker thread, for asyncio code).
+The transport is :class:`controller.kube.aexec.AsyncExec` (on the event loop, one connection pool, one-shot
+commands and long-lived streams).  Every exec into a box is built by :func:`owned_exec` (one-shot) or
+:func:`owned_exec_open` (the live tmux stream), after proving the pod is the box's own.
 
-Security rules kept here and nowhere else:
+Security rules (kept by the transport, stated here once):
 
 * argv is a list of ``str`` run without a shell (a ``str`` raises ``TypeError``, so nothing gets split or
   interpolated by accident);
@@ -12,36 +13,15 @@ Security rules kept here and nowhere else:
 * :class:`ExecError` messages follow the same rule; the original exception is not chained;
 * what a command prints is bounded: stdout and stderr together may hold at most ``max_output`` bytes
   (1 MiB by default). The box owns the binaries it runs (``tmux``, ``sh``, ``head`` are the box's), so the
-  bound is kept here, while the frames arrive, not by the command line: a larger output ends the call
-  with :class:`ExecError` reason ``"output_too_large"`` and never grows the controller.
-
-Concurrency: ``kubernetes.stream.stream`` temporarily replaces ``api_client.call_api`` on the client it is
-given, so two threads sharing an ``ApiClient`` could leave it patched.  Each call therefore builds its own
-``ApiClient`` from the shared ``Configuration`` (cheap: no connection is opened until the websocket).
+  bound is kept by the client, while the frames arrive, not by the command line: a larger output ends the
+  call with :class:`ExecError` reason ``"output_too_large"`` and never grows the controller.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
-import logging
-import re
-import select
-import ssl
-import time
 from typing import Any
-
-import kubernetes.client
-import kubernetes.stream
-from kubernetes.client.rest import ApiException
-
-logger = logging.getLogger("agentbox.exec")
-
-_HANDSHAKE_STATUS = re.compile(r"Handshake status (\d{3})")
-_STATUS_CHANNEL = 3
-_CLOSE_CHANNEL = 255
-_STATUS_MAX = 64 * 1024
 
 MAX_OUTPUT_BYTES = 1024 * 1024
 """Default bound of what one exec call may print (stdout + stderr, bytes)."""
@@ -74,6 +54,11 @@ class ExecError(Exception):
 
 
 def _check_argv(argv: Any) -> list[str]:
+    """``argv`` as a list of ``str``.
+
+    Raises:
+        TypeError: a single ``str``/``bytes`` (no shell is involved), an empty list or non-``str`` items.
+    """
     if isinstance(argv, (str, bytes)):
         raise TypeError("argv must be a list of str, not a single string (no shell is involved)")
     argv = list(argv)
@@ -82,158 +67,14 @@ def _check_argv(argv: Any) -> list[str]:
     return argv
 
 
-def pod_exec(
-    api: kubernetes.client.CoreV1Api,
-    namespace: str,
-    pod: str,
-    container: str,
-    argv: list[str],
-    *,
-    stdin: str | None = None,
-    timeout: float = 10.0,
-    max_output: int = MAX_OUTPUT_BYTES,
-) -> ExecResult:
-    """Run ``argv`` in ``container`` of ``namespace/pod`` (no TTY) and wait for it to finish.
-
-    :param api: a CoreV1Api; only its ``api_client.configuration`` is used (a private ApiClient per call).
-    :param stdin: text written to the command's stdin, then stdin is closed (v5 protocol; on a v4-only
-        server the close signal does not exist and the server decides when stdin ends).
-    :param timeout: seconds for the whole call (connect excluded: bounded by the OS on loopback/cluster).
-    :param max_output: most bytes stdout and stderr may hold together.
-    :returns: :class:`ExecResult` with decoded stdout/stderr and the exit code.
-    :raises TypeError: argv is a ``str`` or holds non-``str`` items.
-    :raises ExecError: the pod is missing, the handshake is refused, the connection fails, the
-        command does not finish within ``timeout``, or it prints more than ``max_output`` bytes.
-    """
-    argv = _check_argv(argv)
-    where = f"{namespace}/{pod} container {container} ({argv[0]})"
-    started = time.monotonic()
-    client = kubernetes.client.ApiClient(api.api_client.configuration)
-    ws: Any = None
-    try:
-        core = kubernetes.client.CoreV1Api(client)
-        try:
-            ws = kubernetes.stream.stream(
-                core.connect_get_namespaced_pod_exec, pod, namespace,
-                command=argv, container=container,
-                stdin=stdin is not None, stdout=True, stderr=True, tty=False,
-                binary=True, _preload_content=False, _request_timeout=timeout,
-            )
-        except ApiException as exc:
-            match = _HANDSHAKE_STATUS.search(str(exc.reason or ""))
-            status = int(match.group(1)) if match else (exc.status or None)
-            raise ExecError(f"exec into {where} refused (HTTP {status})", reason="handshake",
-                            status=status) from None
-        except Exception as exc:
-            raise ExecError(f"exec into {where} failed: {type(exc).__name__}", reason="transport") from None
-        try:
-            if stdin is not None:
-                ws.write_stdin(stdin.encode())
-                ws.close_channel(0)
-            out, err, raw_status = _collect(ws, started + timeout, max_output, where, timeout)
-        except ExecError:
-            raise
-        except Exception as exc:
-            raise ExecError(f"exec into {where} failed: {type(exc).__name__}", reason="transport") from None
-        rc = _parse_rc(raw_status, where)
-        result = ExecResult(_decode(out), _decode(err), rc)
-    except ExecError as exc:
-        logger.warning("exec %s/%s container=%s argv0=%s failed: reason=%s status=%s duration=%.3fs",
-                       namespace, pod, container, argv[0], exc.reason, exc.status, time.monotonic() - started)
-        raise
-    finally:
-        if ws is not None:
-            _close_quietly(ws)
-        client.close()
-    logger.info("exec %s/%s container=%s argv0=%s rc=%d duration=%.3fs",
-                namespace, pod, container, argv[0], rc, time.monotonic() - started)
-    return result
-
-
-async def apod_exec(
-    api: kubernetes.client.CoreV1Api,
-    namespace: str,
-    pod: str,
-    container: str,
-    argv: list[str],
-    *,
-    stdin: str | None = None,
-    timeout: float = 10.0,
-    max_output: int = MAX_OUTPUT_BYTES,
-) -> ExecResult:
-    """:func:`pod_exec` in a worker thread (``asyncio.to_thread``); same parameters, result and errors."""
-    argv = _check_argv(argv)  # fail fast in the caller's frame
-    return await asyncio.to_thread(pod_exec, api, namespace, pod, container, argv, stdin=stdin, timeout=timeout,
-                                   max_output=max_output)
-
-
-def _readable(ws: Any, wait_s: float) -> bool:
-    sock = ws.sock.sock
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return True  # frames already decrypted into the SSL buffer are invisible to poll()
-    poll = select.poll()
-    poll.register(sock, select.POLLIN)
-    try:
-        return bool(poll.poll(max(0.0, wait_s) * 1000))
-    finally:
-        poll.unregister(sock)
-
-
-def _collect(ws: Any, deadline: float, max_output: int, where: str, timeout: float) -> tuple[bytes, bytes, bytes]:
-    """Read the channel frames until the server closes, counting bytes as they arrive (the client's
-    own ``run_forever`` keeps everything, twice). Returns (stdout, stderr, status channel)."""
-    from websocket import ABNF
-
-    chans = {1: bytearray(), 2: bytearray(), _STATUS_CHANNEL: bytearray()}
-    printed = 0
-    while ws.sock is not None and ws.sock.connected:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise ExecError(f"exec into {where} timed out after {timeout}s", reason="timeout")
-        if not _readable(ws, min(remaining, 0.5)):
-            continue
-        op_code, frame = ws.sock.recv_data_frame(True)
-        if op_code == ABNF.OPCODE_CLOSE:
-            break
-        if op_code not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT):
-            continue
-        data = frame.data if isinstance(frame.data, (bytes, bytearray)) else str(frame.data).encode()
-        if not data or data[0] == _CLOSE_CHANNEL:
-            continue
-        channel, payload = data[0], data[1:]
-        if channel in (1, 2):
-            printed += len(payload)
-            if printed > max_output:
-                raise ExecError(f"exec into {where} printed more than {max_output} bytes",
-                                reason="output_too_large")
-        elif channel == _STATUS_CHANNEL and len(chans[channel]) + len(payload) > _STATUS_MAX:
-            raise ExecError(f"exec into {where}: oversized exit status", reason="protocol")
-        if channel in chans:
-            chans[channel] += payload
-    return bytes(chans[1]), bytes(chans[2]), bytes(chans[_STATUS_CHANNEL])
-
-
-def _close_quietly(ws: Any) -> None:
-    """Close the WSClient and its socket.  websocket-client's ``close()`` returns early when the server
-    already closed the connection, leaving the OS socket to the garbage collector (ResourceWarning)."""
-    try:
-        ws.close(timeout=0)  # no waiting for the server's close frame (it may still run the command)
-    except Exception:  # closing a dead connection: nothing worth reporting
-        pass
-    sock = getattr(ws, "sock", None)
-    if sock is not None:
-        try:
-            sock.shutdown()
-        except Exception:
-            pass
-
-
-def _decode(data: bytes | str) -> str:
-    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-
-
 def _parse_rc(raw: bytes | str, where: str) -> int:
-    """Exit code from the channel-3 ``Status``: 0 on Success, ``details.causes[ExitCode]`` otherwise."""
+    """Exit code from the channel-3 ``Status`` (the API server's streaming exec protocol): 0 on Success,
+    ``details.causes[reason=ExitCode].message`` otherwise.
+
+    Raises:
+        ExecError: reason ``"protocol"`` when no status arrived or it is not a JSON object; the status's own
+            ``reason`` (``"InternalError"``...) for a failure without an exit code.
+    """
     try:
         status = json.loads(raw) if raw else None
     except ValueError:

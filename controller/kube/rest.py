@@ -110,11 +110,14 @@ def path_of(*parts: str) -> str:
 class Rest:
     """JSON requests to the Kubernetes API server over one ``aiohttp.ClientSession`` (opened on first use).
 
+    The limits are operator settings (:meth:`from_settings`: ``kube_max_requests``, ``kube_request_timeout_s``,
+    ``kube_connect_timeout_s``, ``kube_keepalive_s``); the defaults here are theirs.
+
     Args:
         configuration: a ``kubernetes.client.Configuration`` (host, credentials, TLS, proxy).
-        max_requests: most REST requests in flight at once (they wait for a slot beyond that).  The
-            connection pool itself is unbounded, because the pod exec streams sharing it hold one connection
-            each for as long as they live; idle keep-alive connections close after ``keepalive_s``.
+        max_requests: most REST requests in flight at once (they wait for a slot beyond that; 0: no bound).
+            The connection pool itself is unbounded, because the pod exec streams sharing it hold one
+            connection each for as long as they live; idle keep-alive connections close after ``keepalive_s``.
         timeout_s: total seconds of one request (connect included); ``connect_timeout_s``: of the connect.
         keepalive_s: seconds an idle connection is kept for reuse.
     Attributes:
@@ -141,6 +144,15 @@ class Rest:
             self._extra["server_hostname"] = configuration.tls_server_name
         self.requests = 0
         self.sessions = 0
+
+    @classmethod
+    def from_settings(cls, configuration: Any, settings: Any) -> "Rest":
+        """A transport with the limits of the operator settings (``controller.settings.Settings``:
+        ``kube_max_requests``, ``kube_request_timeout_s``, ``kube_connect_timeout_s``, ``kube_keepalive_s``)."""
+        return cls(configuration, max_requests=int(settings.kube_max_requests),
+                   timeout_s=float(settings.kube_request_timeout_s),
+                   connect_timeout_s=float(settings.kube_connect_timeout_s),
+                   keepalive_s=float(settings.kube_keepalive_s))
 
     @property
     def request_options(self) -> dict[str, Any]:

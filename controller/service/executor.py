@@ -193,7 +193,7 @@ class Executor:
     async def _put_login(self, text: str) -> None:
         """Write a login into the box credentials Secret and the agent's live login file."""
         body = {"metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid}}
-        await self.rt.kube.ensure_secret(make_box_secret(body, self.adapter.secret_key or "credentials.json", text))
+        await self.rt.kube.ensure_secret(make_box_secret(body, self.adapter.login_secret_key(), text))
         await boxfiles.write_login(self.term.exec_fn, self.adapter, text)
 
     async def _usage(self, action: ReadUsage) -> Any:

@@ -110,7 +110,7 @@ async def load_box_login(kube: Any, namespace: str, box: str, provider: str) -> 
         UnknownAgent: no agent runs on ``provider``.
         Whatever the Kubernetes store raises for errors other than 404.
     """
-    name, key = secret_name(box), login_adapter(provider).secret_key or ""
+    name, key = secret_name(box), login_adapter(provider).login_secret_key()
     exists, text = await kube.get_secret_value(namespace, name, key)
     if not exists:
         return LoadedLogin(provider, None, None, C.R_SECRET_NOT_FOUND, f"Secret {name!r} not found")

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -55,13 +54,13 @@ from controller.agents.adapter import LOGIN_FILE_MISSING_RC
 from controller.agents.registry import login_adapter
 from controller.conditions import set_condition
 from controller.providers.credentials import Login, parse_login, token_fingerprint
+from controller.providers.loginfile import login_file
 from controller.service.loginload import LoadedLogin, load_box_login, parse_held_login
 from controller.service.status import StatusWriter, subscription_writer
 
 log = logging.getLogger("agentbox.logins")
 
 COND_LOGIN_REFRESHED = "LoginRefreshed"
-MARKER_KEY = "agentbox"   # top-level key of a Claude Code login file: {"subscription": "<ns>/<name>"}
 
 IN_FLIGHT_KEY = "refreshInFlight"  # status: "sha256:<8 hex>" of the refresh token being spent (write-ahead)
 _UNDECIDED = "undecided"   # a login in a box could not be checked with the provider (yet)
@@ -381,7 +380,7 @@ class LoginKeeper:
             self.lifetime_s = max(1.0, (new.expires_at - now).total_seconds())
         self.refreshes += 1
         self.identity_fp = new.fingerprint   # same chain, same account
-        new_text = self._mark(provider, new_text)
+        new_text = login_file(provider).mark(new_text, self.marker)
         await self._store(ref, new_text)
         await self._clear_in_flight()
         for note in notes:
@@ -480,16 +479,6 @@ class LoginKeeper:
         return ""
 
     # ------------------------------------------------------------------ store / propagate
-    def _mark(self, provider: str, text: str) -> str:
-        """Claude Code login files carry the subscription marker (identity for the read-back)."""
-        if provider != "anthropic":
-            return text
-        data = json.loads(text)
-        if data.get(MARKER_KEY) == {"subscription": self.marker}:
-            return text
-        data[MARKER_KEY] = {"subscription": self.marker}
-        return json.dumps(data)
-
     async def _store(self, ref: Any, text: str) -> None:
         """Write the login into the Subscription's Secret key (other keys untouched), retrying a few times."""
         data = {ref.key: base64.b64encode(text.encode()).decode()}
@@ -546,7 +535,7 @@ class LoginKeeper:
         from controller.kube.objects import NotOwned, make_box_secret
 
         try:
-            await self.rt.kube.ensure_secret(make_box_secret(box.body, login_adapter(provider).secret_key, text))
+            await self.rt.kube.ensure_secret(make_box_secret(box.body, login_adapter(provider).login_secret_key(), text))
             # Only where a file exists: a box stopped by the reserve is left without one.
             res = await self._exec(box, login_adapter(provider).login_replace_argv(), stdin=text)
         except NotOwned as exc:
@@ -585,7 +574,7 @@ class LoginKeeper:
             held = current.login
             if held is None or held.access_token != login.access_token:
                 if held is not None and self._newer(held, login) and \
-                        self._same_account(provider, current.text or "", login):
+                        login_file(provider).same_account(current.text or "", login, self.marker):
                     continue  # newer than ours: the read-back adopts it before the next refresh
                 stale.append(box.name)
         if stale:
@@ -595,16 +584,6 @@ class LoginKeeper:
     @staticmethod
     def _newer(a: Login, b: Login) -> bool:
         return a.expires_at is not None and b.expires_at is not None and a.expires_at > b.expires_at
-
-    def _same_account(self, provider: str, text: str, login: Login) -> bool:
-        if provider == "openai":
-            held = parse_held_login(provider, text)
-            return held is not None and held.account_id == login.account_id
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return False
-        return isinstance(data, dict) and data.get(MARKER_KEY) == {"subscription": self.marker}
 
     async def _adopt_from_boxes(self, provider: str, login: Login, text: str, ref: Any, now: datetime,
                                 status: dict[str, Any]) -> tuple[Login, str] | str | None:
@@ -666,7 +645,8 @@ class LoginKeeper:
             # The provider confirmed the access token's account, nothing else: the refresh token and the
             # expiry are still the box's word. The candidate's refresh token is spent once, here, and only
             # the provider's answer (new tokens, its own expires_in) is stored and passed on.
-            cand_text = self._mark(provider, self._graft(provider, text, live))
+            fmt = login_file(provider)
+            cand_text = fmt.mark(fmt.graft(text, live), self.marker)
             cand = parse_login(provider, cand_text)
             cfp = token_fingerprint(cand.refresh_token)
             if cfp in self.sent_candidates:
@@ -698,28 +678,6 @@ class LoginKeeper:
                             "passed it to the other boxes")
             return outcome
         return _UNDECIDED if undecided else None
-
-    @staticmethod
-    def _graft(provider: str, text: str, live: str) -> str:
-        """The Secret's login file ``text`` with the tokens and expiry of the box's file ``live``."""
-        base, other = json.loads(text), json.loads(live)
-        if provider == "anthropic":
-            mine = dict(base.get("claudeAiOauth") or {})
-            theirs = other.get("claudeAiOauth") or {}
-            for key in ("accessToken", "refreshToken", "expiresAt"):
-                if key in theirs:
-                    mine[key] = theirs[key]
-            base["claudeAiOauth"] = mine
-        else:
-            mine = dict(base.get("tokens") or {})
-            theirs = other.get("tokens") or {}
-            for key in ("access_token", "refresh_token", "id_token"):
-                if isinstance(theirs.get(key), str):
-                    mine[key] = theirs[key]
-            base["tokens"] = mine
-            if isinstance(other.get("last_refresh"), str):
-                base["last_refresh"] = other["last_refresh"][:64]
-        return json.dumps(base)
 
     def _writer(self) -> StatusWriter:
         """The Subscription's one status writer (shared with its usage reader and validation)."""

@@ -74,7 +74,12 @@ class StatusWriter:
             if not conditions and not patch:
                 return False
             if not conditions:
-                await self.kube.patch_status(self.plural, self.namespace, self.name, patch)
+                # No precondition (no list to merge), but the answer's resourceVersion is kept: the next
+                # write of conditions is then made at the version this write created, not refused (409)
+                # and read again because of it.
+                out = await self.kube.patch_status_at(self.plural, self.namespace, self.name, patch, None)
+                if isinstance(out, dict):
+                    self._remember(out)
                 self._last = key
                 return True
             for _ in range(MAX_CONFLICTS):
@@ -82,8 +87,7 @@ class StatusWriter:
                     obj = await self.kube.get_custom(self.plural, self.namespace, self.name)
                     if obj is None:
                         return False
-                    self._stored = (list((obj.get("status") or {}).get("conditions") or []),
-                                    (obj.get("metadata") or {}).get("resourceVersion"))
+                    self._remember(obj)
                 stored, rv = self._stored
                 merged = merge_conditions(stored, conditions, self.clock(), guards)
                 if merged != stored:
@@ -99,11 +103,15 @@ class StatusWriter:
                     self._stored = None  # another writer came first: read what it wrote, merge again
                     continue
                 if isinstance(out, dict):
-                    self._stored = (list((out.get("status") or {}).get("conditions") or []),
-                                    (out.get("metadata") or {}).get("resourceVersion"))
+                    self._remember(out)
                 self._last = key
                 return True
             return False
+
+    def _remember(self, obj: Mapping[str, Any]) -> None:
+        """The object as the API server stored it after our patch: its conditions and resourceVersion."""
+        self._stored = (list((obj.get("status") or {}).get("conditions") or []),
+                        (obj.get("metadata") or {}).get("resourceVersion"))
 
 
 def _newer(a: str, b: str) -> bool:

@@ -88,6 +88,8 @@ class BoxWatcher:
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
         self._interest: tuple[str, str | None] = ("", None)  # (spec.subscription, provider if rotating)
+        self._spec_key: tuple[Any, Any] | None = None  # (uid, generation) of the spec parsed last
+        self._spec_parts: tuple[Any, ...] | None = None
 
     async def aclose(self) -> None:
         """Detach the live tmux stream (the watcher stops)."""
@@ -99,19 +101,15 @@ class BoxWatcher:
     async def tick(self, body: dict[str, Any]) -> float:
         """Observe, decide, act and record once; return seconds until the next pass is needed."""
         s = self.rt.settings
+        metrics.WATCHER_PASSES.labels(self.namespace, self.name).inc()
         meta = body.get("metadata") or {}
         self._uid = meta.get("uid")
-        try:
-            spec = AgentBoxSpec.model_validate(body.get("spec") or {})
-        except ValidationError:
+        parsed = self._parse_spec(body)
+        if parsed is None:
             return s.scan_interval_s  # the reconcile handler reports the invalid spec
+        spec, adapter, facts, (patterns, pattern_problems), thash = parsed
         status = body.get("status") or {}
         self.writer.seen(body)
-        adapter = get_adapter(spec.agent)
-        rot = spec.when_agent_stops.rotation
-        facts = box_facts(spec.agent, spec.subscription, adapter,
-                          resume_after_reset=spec.when_agent_stops.resume_after_reset, rotation=rot.enabled,
-                          rotation_group=rot.group, rotation_selected=rot.subscriptions)
         if self.memory is None:
             self.memory = memory_from_status(status, spec.subscription)
         self._interest = (spec.subscription or "", facts.provider if rot.enabled else None)
@@ -133,7 +131,7 @@ class BoxWatcher:
         view = box_container_view(pod, pod_name(self.name), container)
         obs = replace(obs, pod=view if pod else None, pod_facts=PodFacts(
             pod_name(self.name), pod, ((pod or {}).get("metadata") or {}).get("uid") or "",
-            template_hash(spec.template), spec.pod_update, bool(meta.get("deletionTimestamp")), bool(status.get("pod"))))
+            thash, spec.pod_update, bool(meta.get("deletionTimestamp")), bool(status.get("pod"))))
         plain = BoxTerminal(self._exec_fn(pod, container), s.send_pause_s) if pod and container else None
         first = await self._run(obs, plain, body=body)
         if not first.observe_tabs or pod is None or container is None:
@@ -141,7 +139,6 @@ class BoxWatcher:
 
         # ---- observe: the tabs
         tz = box_time_zone(spec.time_zone, pod, container)
-        patterns, pattern_problems = compile_user_patterns([(p.regex, p.kind) for p in spec.detection.patterns])
         term = self._terminal(pod, container, spec.agent, tz, patterns)
         obs = replace(obs, pod=view, session=True, stream=self._stream_state(),
                       input_problems={"patterns": (C.R_INVALID_PATTERN, pattern_problems)})
@@ -174,6 +171,30 @@ class BoxWatcher:
         screen_ready = self._screen_ready(term, spec.agent, tz, patterns)
         decision = await self._run(obs, term, adapter, {t.name: t for t in tabs}, screen_ready)
         return decision.next_pass_in(self.rt.clock())
+
+    def _parse_spec(self, body: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The box's spec and what follows from it alone (its agent adapter, the decision's `BoxFacts`, the
+        compiled user patterns and their problems, the pod template's hash), or None when the spec is
+        invalid. Kept per spec generation: a pass at an unchanged spec does not validate, compile and hash it
+        again (a thousand passes at a reset did)."""
+        meta = body.get("metadata") or {}
+        key = (meta.get("uid"), meta.get("generation"))
+        if key[1] is not None and key == self._spec_key:
+            return self._spec_parts
+        try:
+            spec = AgentBoxSpec.model_validate(body.get("spec") or {})
+        except ValidationError:
+            parts = None
+        else:
+            adapter = get_adapter(spec.agent)
+            rot = spec.when_agent_stops.rotation
+            facts = box_facts(spec.agent, spec.subscription, adapter,
+                              resume_after_reset=spec.when_agent_stops.resume_after_reset, rotation=rot.enabled,
+                              rotation_group=rot.group, rotation_selected=rot.subscriptions)
+            compiled = compile_user_patterns([(p.regex, p.kind) for p in spec.detection.patterns])
+            parts = (spec, adapter, facts, compiled, template_hash(spec.template))
+        self._spec_key, self._spec_parts = key, parts
+        return parts
 
     async def _run(self, obs: Observation, term: BoxTerminal | None = None, adapter: Any = None,
                    tabs: dict[str, Any] | None = None, screen_ready: Any = None,

@@ -29,12 +29,13 @@ async def world(tmp_path: pathlib.Path) -> AsyncIterator[World]:
 
 
 def watcher_passes(world: World, box: str) -> int:
-    """Passes the tab watcher of `box` has started so far, in either mode (polling or the live stream).
+    """Passes the tab watcher of `box` has started so far, in either mode (polling or the live stream),
+    read from the controller's own counter `agentbox_watcher_passes_total` (the operator runs in a thread of
+    this process: one metrics registry). A pass makes no request of its own any more (its existence check is
+    answered from the watch), so the API journal cannot count them; a pass on the live stream runs no exec.
+    The series is removed when the box's watcher ends: count passes of a watcher that runs."""
+    from controller import metrics
 
-    Each pass starts with one existence check of its box (`GET .../agentboxes/<box>`, the daemon loop's
-    `alive()`); nothing else in the controller GETs a single AgentBox. The emulator journals every
-    request, so this counts passes without relying on exec calls (a pass on the live stream runs none).
-    """
-    suffix = f"/agentboxes/{box}"
-    return sum(1 for e in world.kube.journal
-               if e.method == "GET" and e.path.endswith(suffix) and not e.user_agent.startswith("Python/"))
+    value = metrics.REGISTRY.get_sample_value("agentbox_watcher_passes_total",
+                                              {"namespace": world.namespace, "box": box})
+    return int(value or 0)
