@@ -96,11 +96,8 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
                          existence_check(rt, C.AGENTBOX_PLURAL, ns, name, body.metadata.uid))
     finally:  # what is kept about the box goes first: a cancelled aclose() must not skip it
         rt.wakeups.pop((ns, name), None)
-<<<<<<< HEAD
         rt.interests.pop((ns, name), None)
-=======
         rt.presence.forget(C.AGENTBOX_PLURAL, ns, name, body.metadata.uid)
->>>>>>> main
         forget_writer(rt, C.AGENTBOX_PLURAL, ns, name)
         metrics.forget_box(ns, name)
         rt.events.forget(ObjectRef.of(body))  # deleted, or the process stops: its Event memory goes too

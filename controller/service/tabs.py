@@ -112,7 +112,7 @@ class BoxWatcher:
         self.writer.seen(body)
         if self.memory is None:
             self.memory = memory_from_status(status, spec.subscription)
-        self._interest = (spec.subscription or "", facts.provider if rot.enabled else None)
+        self._interest = (spec.subscription or "", facts.provider if facts.rotation else None)
         self._note_interest()
         obs = Observation(
             box=facts, generation=meta.get("generation"), conditions=tuple(status.get("conditions") or []),
