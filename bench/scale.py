@@ -227,7 +227,12 @@ def stop_profiler(proc: subprocess.Popen | None) -> None:
 
 async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
     t_start = time.time()
-    settings = SETTINGS.model_copy(update={"tmux_stream": args.stream, "resume_margin_s": args.margin})
+    update: dict = {"tmux_stream": args.stream, "resume_margin_s": args.margin}
+    if args.prepare is not None:
+        update["resume_prepare_s"] = args.prepare
+    if args.write_budget is not None:
+        update["resume_write_budget_s"] = args.write_budget
+    settings = SETTINGS.model_copy(update=update)
     world = World(workdir / "world", settings)
     await world.start()
     proc: subprocess.Popen | None = None
@@ -411,10 +416,13 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             "cpu_idle_cores": round((c1 - c0) / idle_s, 4),
             "cpu_total_s": round(c2, 1),
             "bursts": groups, "resumed": len(lags), "missing": missing, "early": early, "wrong_text": wrong,
+            "before_deadline": sum(1 for lag in lags if lag < 0),  # Enter before reset + margin (armed sends: never)
             "resume_lag_p50_s": round(p50, 3) if p50 is not None else None,
             "resume_lag_p99_s": round(p99, 3) if p99 is not None else None,
             "resume_lag_max_s": round(max(lags), 3) if lags else None,
             "resume_margin_s": settings.resume_margin_s,
+            "resume_prepare_s": settings.resume_prepare_s,
+            "resume_write_budget_s": settings.resume_write_budget_s,
             "resume_lag_by_burst": [
                 {"tabs": len(members[r]), "resumed": len(v),
                  "p50_s": _r(pct(v, 50)), "p99_s": _r(pct(v, 99)), "max_s": _r(max(v) if v else None),
@@ -450,6 +458,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--margin", type=float, default=bench_settings("default").resume_margin_s,
                    help="settings.resume_margin_s: seconds after a reset before `continue` is sent "
                         "(default: the product default, %(default)s)")
+    p.add_argument("--prepare", type=float, default=None,
+                   help="settings.resume_prepare_s: seconds before the resume instant the usage is re-read and the "
+                        "continue armed (default: the product default; 0: read and send at the resume instant)")
+    p.add_argument("--write-budget", type=float, default=None,
+                   help="settings.resume_write_budget_s: the armed text is typed send pause + this before the "
+                        "resume instant (default: the product default)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--stream", dest="stream", action="store_true", default=True,
                       help="the live tmux stream per box (settings.tmux_stream; default)")

@@ -42,7 +42,8 @@ BUILD_INFO = Info("agentbox_build", "Controller version.", registry=REGISTRY)
 BUILD_INFO.info({"version": __version__})
 
 # ---------------------------------------------------------------- boxes and tabs
-RESUMES = _counter("agentbox_resumes_total", "Resumes sent to tabs after a usage reset, by result (ok | no_effect).",
+RESUMES = _counter("agentbox_resumes_total", "Resumes sent to tabs after a usage reset, by result (ok | no_effect | "
+                   "screen_changed: an armed continue not sent, the screen moved before its instant).",
                    ("namespace", "box", "agent", "result"))
 SWITCHES = _counter("agentbox_switches_total", "Boxes switched to another subscription, by trigger "
                     "(limit | exhausted | reserve | disconnected | deleted).", ("namespace", "box", "reason"))
@@ -89,7 +90,8 @@ USAGE_READS = _counter("agentbox_usage_reads_total", "Usage API reads, by provid
 
 # ---------------------------------------------------------------- plumbing
 EXEC_CALLS = _counter("agentbox_exec_calls_total", "Pod exec calls, by result (ok | nonzero | error).", ("result",))
-DEADLINE_LAG = Histogram("agentbox_deadline_lag_seconds", "Now minus the due time when a scheduled action runs.",
+DEADLINE_LAG = Histogram("agentbox_deadline_lag_seconds", "Now minus the due time when a scheduled action runs "
+                         "(an armed continue: its Enter minus its resume instant).",
                          buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300), registry=REGISTRY)
 JOURNAL_RECOVERIES = _counter("agentbox_journal_recoveries_total", "Unfinished multi-step actions found at the start "
                               "of a pass (after a restart or a failed pass), by action, the step reached and "

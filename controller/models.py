@@ -187,6 +187,9 @@ class TabJournal(_Model):
     for_key: str | None = Field(None, max_length=64, description="Identity of the limit event the action answers.")
     text: str | None = Field(None, max_length=64, description="The text the action types (the continue text) or the menu digit.")
     recoveries: int = Field(0, ge=0, description="Restarts that each picked the action up (after 3 a human is asked).")
+    not_before: Instant | None = Field(None, description="An armed continue: its Enter is never pressed before this "
+                                       "instant, the resume instant (UTC RFC 3339, rounded up to the second); the "
+                                       "steps before it may run earlier. Absent: no wait.")
 
 
 TabStateName = Literal["Working", "Idle", "RateLimited", "AwaitingInput", "Resuming", "NeedsAttention", "Unknown"]

@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     stream_rescan_s: float = Field(300.0, gt=0, description="With tmux_stream attached: longest time between two passes of a box whose screens did not change and that has no deadline (such a pass runs no exec; its structured usage files are re-read only when a screen changed).")
     existence_recheck_s: float = Field(60.0, gt=0, description="A box's tab watcher and a Subscription's usage reader learn that their object still exists from the watch (no request per pass); when the watch has said nothing of the object for this long they GET it once (a watch can miss a deletion across a re-list).")
     resume_margin_s: float = Field(10.0, ge=0, le=30, description="Delay after a reset before `continue` is sent.")
+    resume_prepare_s: float = Field(8.0, ge=0, le=60, description="How long before the resume instant (reset + resume_margin_s) the subscription's usage is re-read; when it says the window reset, the continue is armed (its journal written ahead) and its Enter pressed at the resume instant. Never earlier than 1 s after the reset; 0 re-reads at the resume instant and sends at once.")
+    resume_write_budget_s: float = Field(0.5, ge=0, le=10, description="Time budgeted for the status write of the Enter step of an armed continue: its text is typed send_pause_s + this before the resume instant, so that Enter lands at that instant.")
     human_idle_s: float = Field(60.0, ge=0, description="A tab typed in during this time is left alone.")
     auto_continue_grace_s: float = Field(120.0, ge=0, description="Time after the reset left to Claude Code's own continue.")
     settle_s: float = Field(20.0, ge=0, description="After a send, the same limit line within this time is the old one.")

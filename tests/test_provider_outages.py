@@ -85,8 +85,8 @@ async def test_retry_after_is_honoured_by_the_reader_and_every_box(world: World)
     def checked(box: str) -> bool:  # the box's resume check ran (and found the API unavailable)
         return bool(submits(world, box)) or "could not confirm" in (tab(world, box).get("message") or "")
 
-    # The "could not confirm" message can be short-lived (the next pass words the wait for the end of the
-    # printed minute); the continue then comes at the latest at the end of that minute + the margin.
+    # The resume check runs at the reset; the "could not confirm" message then stays until the end of the
+    # printed minute + the margin, when the continue comes.
     await eventually(lambda: checked("box0") and checked("box1"), 75 + world.settings.resume_margin_s,
                      what="both boxes checked usage at their reset")
     await eventually(lambda: time.time() > now + 12, 15)  # several reader intervals (3 s) later

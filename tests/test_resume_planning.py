@@ -13,7 +13,9 @@ pytestmark = pytest.mark.unit
 
 T0 = datetime(2026, 7, 1, 12, 0, tzinfo=timezone.utc)
 RESET = T0 + timedelta(hours=2)
-CFG = ResumeConfig(margin_s=10, human_idle_s=60, auto_continue_grace_s=120, settle_s=20, max_attempts=3)
+# prepare_s 0: the rules at the resume instant, as before arming (each holds unchanged with it; the preparation
+# during the margin is tests/test_resume_arming.py).
+CFG = ResumeConfig(margin_s=10, human_idle_s=60, auto_continue_grace_s=120, settle_s=20, max_attempts=3, prepare_s=0)
 
 
 def limited(reset=RESET, evidence="You've hit your 5-hour limit · resets 2pm (UTC)", **kw) -> Detection:

@@ -120,23 +120,37 @@ class SwitchSubscription:
 class SendContinue:
     """Blocking: type the continue text in every pane of `tabs` ((tab, pane) pairs) in one call, then Enter
     in a second. Journaled: each tab's record holds its journal (written ahead). Result: a tuple of
-    `Performed`, one per tab."""
+    `Performed`, one per tab.
+
+    Armed (`not_before`, UTC): the text is typed shortly before that instant (the send pause plus the
+    budget of the Enter step's status write, `settings.resume_write_budget_s`) and Enter is pressed at it,
+    never before. `expect`: per tab of `tabs`, the digest (`screen_digest`) of the screen the decision was
+    made on; right before typing, a tab whose screen differs gets nothing (`Performed.screen_changed`).
+    Empty: no such check (a send decided on the screen just read)."""
 
     tabs: tuple[tuple[str, str], ...]
     text: str
+    not_before: datetime | None = None
+    expect: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class RunJournal:
     """Blocking: perform `journal` in one tab from its current step (written ahead step by step): a
     restart-and-continue, a menu answer, a continue, or one left unfinished. `why` is what the result
-    answers: "resume" | "menu" | "recover" | "restore". Result: `Performed`."""
+    answers: "resume" | "menu" | "recover" | "restore". Result: `Performed`.
+
+    The journal's `not_before` (an armed continue) holds its Enter until that instant (its text is typed
+    shortly before, as `SendContinue`). `expect`: the digest (`screen_digest`) of the screen the decision
+    was made on; before the first key (after the wait for the first step's instant) a different screen
+    sends nothing (`Performed.screen_changed`). Empty: no check."""
 
     tab: str
     pane: str
     journal: Journal
     why: str
     for_recovery: str = ""
+    expect: str = ""
 
 
 @dataclass(frozen=True)
@@ -213,6 +227,9 @@ class Performed:
         text: the text typed (or the key pressed at `Step.PRESS`).
         argv: the restart argv typed at the shell (the adapter's), () when none.
         keys: the interrupt keys pressed (the adapter's), () when none.
+        screen_changed: nothing was sent: right before the first key the tab's screen was not the one the
+            decision was made on (`expect`: the agent moved by itself, a human typed, a menu opened).
+        entered_at: when Enter was pressed (UTC), None when it was not.
     """
 
     tab: str
@@ -223,6 +240,8 @@ class Performed:
     text: str = ""
     argv: tuple[str, ...] = ()
     keys: tuple[str, ...] = ()
+    screen_changed: bool = False
+    entered_at: datetime | None = None
 
 
 @dataclass(frozen=True)

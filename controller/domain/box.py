@@ -415,19 +415,27 @@ def journal_from_status(data: Any) -> Journal | None:
         step_at = parse_time(data.get("stepAt")) or started
         if started is None or step_at is None:
             return None
+        not_before = parse_time(data.get("notBefore"))
+        if data.get("notBefore") is not None and not_before is None:
+            return None  # an armed send whose instant cannot be read: never sent early
         return Journal(JournalAction(data.get("action")), Step(data.get("step")), started, step_at,
-                       data.get("forKey"), data.get("text"), int(data.get("recoveries") or 0))
+                       data.get("forKey"), data.get("text"), int(data.get("recoveries") or 0),
+                       not_before=not_before)
     except (ValueError, TypeError):
         return None
 
 
 def journal_to_status(journal: Journal | None) -> dict[str, Any] | None:
-    """status.tabs[].journal of a Journal (camelCase, no None values)."""
+    """status.tabs[].journal of a Journal (camelCase, no None values). `notBefore` is rounded up to the
+    second (status instants have one-second resolution: an armed Enter is never moved earlier)."""
     if journal is None:
         return None
+    not_before = journal.not_before
+    if not_before is not None and not_before.microsecond:
+        not_before = not_before.replace(microsecond=0) + timedelta(seconds=1)
     out = {"action": journal.action.value, "step": journal.step.value, "startedAt": rfc3339(journal.started_at),
            "stepAt": rfc3339(journal.step_at), "forKey": journal.for_key, "text": journal.text,
-           "recoveries": journal.recoveries or None}
+           "recoveries": journal.recoveries or None, "notBefore": rfc3339(not_before)}
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -509,6 +517,13 @@ def screen_key(det: Detection) -> tuple[Any, ...]:
     into the prompt). The live stream wakes the watcher when a pane's key changes."""
     return (det.state, det.kind, limit_key(det) if det.state == TabState.RATE_LIMITED else None,
             det.auto_continue, det.limit_menu, det.menu_choice, bool(det.prompt_text))
+
+
+def screen_digest(screen: str) -> str:
+    """A short digest of a tab's screen (16 hex chars of SHA-256): the stall check compares it between
+    passes, and an armed send (`SendContinue.expect`, `RunJournal.expect`) compares the screen right before
+    its first key with the one the decision was made on (the executor calls this same function)."""
+    return hashlib.sha256(screen.encode(errors="replace")).hexdigest()[:16]
 
 
 def agent_ready(det: Detection) -> bool:
@@ -1116,7 +1131,7 @@ def _plan_tabs(p: _Pass, dets: dict[str, Detection], annotations: Mapping[str, s
             continue
         det = dets[tab.name]
         plan = plan_tab(p.rec(tab.name), det, tab.last_input_at, p.now, cfg, resume_on)
-        digest = hashlib.sha256(tab.screen.encode(errors="replace")).hexdigest()[:16]
+        digest = screen_digest(tab.screen)
         seen = p.seen.get(tab.name)
         if seen is None or seen[0] != digest:
             seen = p.seen[tab.name] = (digest, p.now)
@@ -1203,12 +1218,26 @@ def _recover(p: _Pass, tab: TabView, rec: TabRecord, det: Detection) -> tuple[Ru
     assert verdict.step is not None
     journal = replace(journal, recoveries=journal.recoveries + 1).at(verdict.step, p.now)
     p.records[tab.name] = replace(rec, journal=journal)
-    return RunJournal(tab.name, tab.pane, journal, "recover", verdict.reason), what, verdict.reason
+    # An armed continue whose instant is still ahead: the executor waits for it, then checks that the screen
+    # is still the one judged here before its first key.
+    armed = journal.not_before is not None and journal.not_before > p.now
+    return (RunJournal(tab.name, tab.pane, journal, "recover", verdict.reason,
+                       expect=screen_digest(tab.screen) if armed else ""), what, verdict.reason)
 
 
 def _recovered(p: _Pass, tab: TabView, action: RunJournal, what: str, reason: str, res: Performed) -> None:
     rec = replace(p.records[tab.name], journal=None)
     settle = p.now + timedelta(seconds=p.cfg.resume.settle_s)
+    if res.screen_changed:
+        # An armed continue completed after a restart, but the screen moved while it waited for its instant:
+        # nothing was sent; the tab is limited again with its instant and the next pass plans it afresh.
+        p.count("RESUMES", "$ns", "$name", p.obs.box.agent, "screen_changed")
+        p.records[tab.name] = replace(
+            rec, phase=Phase.RATE_LIMITED, sent_for=None, sent_at=None, attempts=max(0, rec.attempts - 1),
+            resume_at=action.journal.not_before,
+            message=f"{what.capitalize()} was not completed: the screen changed while it waited; planning again")
+        p.wake[tab.name] = p.now
+        return
     if action.journal.action == JournalAction.ANSWER_MENU:  # answered once per limit event
         p.records[tab.name] = replace(rec, menu_for=action.journal.for_key or rec.limit_key, menu_at=res.at)
         p.wake[tab.name] = p.now + timedelta(seconds=1)
@@ -1229,8 +1258,14 @@ def _recovered(p: _Pass, tab: TabView, action: RunJournal, what: str, reason: st
 
 def _resume_due(p: _Pass, due: list[TabView]) -> None:
     """Resume every due tab together: one usage read, one write-ahead of every journal, then the keys:
-    agents that only need `continue` get it in one batched call; agents that restart are restarted
-    concurrently."""
+    agents that only need `continue` get it in one batched call per send instant; agents that restart are
+    restarted concurrently.
+
+    A read during the margin (`controller.domain.resume.prepare_at`) that finds the window reset **arms**
+    the send: the journal is written ahead with `not_before` = the resume instant, the action carries it
+    with the digest of the screen decided on (`expect`), and the executor presses Enter at that instant.
+    A tab whose screen changed before the keys (`Performed.screen_changed`) got nothing: its record is the
+    one before the read (the attempt is not counted) and the next pass plans it again from its new screen."""
     box = p.obs.box
     current = p.mem.current or box.subscription or ""
     max_age = p.obs.usage_max_age_s
@@ -1240,35 +1275,56 @@ def _resume_due(p: _Pass, due: list[TabView]) -> None:
             max_age = min(max_age, max(0.0, (p.now - resets).total_seconds()))
     read: UsageRead = p.ask(ReadUsage(current, max_age, tuple(t.name for t in due)))
     now = read.at
-    sending: list[TabView] = []
+    sending: list[tuple[TabView, TabRecord, datetime | None]] = []  # (tab, its record before, not_before)
     for tab in due:
         rec = p.records[tab.name]
         nxt = after_usage(rec, usage_verdict(read.usage, rec.window, now), now, p.cfg.resume)
         p.records[tab.name] = nxt.record
         p.wake[tab.name] = nxt.wake_at
         if nxt.record.phase == Phase.RESUMING:
-            p.count("DEADLINE_LAG", value=max(0.0, (now - (rec.resume_at or now)).total_seconds()))
-            sending.append(tab)
+            if nxt.not_before is None:
+                p.count("DEADLINE_LAG", value=max(0.0, (now - (rec.resume_at or now)).total_seconds()))
+            sending.append((tab, rec, nxt.not_before))
         elif nxt.event == "ResetNotYet":
             p.event("Normal", "ResetNotYet", f"Tab {tab.name}: {nxt.record.message}")
     if not sending:
         return
     # Write-ahead: every tab is marked as being resumed for its limit event, with the journal of the action
-    # at its first step, before any key is sent. A controller restarted mid-way completes the journal from
-    # the step it reached (never twice, never zero).
-    for tab in sending:
+    # at its first step (and the instant its Enter waits for), before any key is sent. A controller restarted
+    # mid-way completes the journal from the step it reached (never twice, never zero, never before
+    # `not_before`).
+    for tab, _, not_before in sending:
         rec = p.records[tab.name]
         p.records[tab.name] = replace(rec, journal=replace(p.resume_journal(rec.sent_for), started_at=now,
-                                                           step_at=now))
+                                                           step_at=now, not_before=not_before))
     journal_action = JournalAction.RESTART if box.restarts else JournalAction.CONTINUE
+    results: list[Performed]
     if box.restarts:
-        actions = [RunJournal(t.name, t.pane, p.records[t.name].journal, "resume") for t in sending]  # type: ignore[arg-type]
-        results: list[Performed] = p.ask_all(list(actions))
+        actions = [RunJournal(t.name, t.pane, p.records[t.name].journal, "resume",  # type: ignore[arg-type]
+                              expect=screen_digest(t.screen) if nb is not None else "") for t, _, nb in sending]
+        results = p.ask_all(list(actions))
     else:
-        outcome: tuple[Performed, ...] = p.ask(SendContinue(tuple((t.name, t.pane) for t in sending),
-                                                            box.continue_text))
-        results = list(outcome)
-    for tab, res in zip(sending, results):
+        # One batched call per send instant (tabs of one box due at different instants are rare).
+        instants = list(dict.fromkeys(nb for _, _, nb in sending))
+        batches = [[t for t, _, nb in sending if nb == at] for at in instants]
+        sends = [SendContinue(tuple((t.name, t.pane) for t in batch), box.continue_text, not_before=at,
+                              expect=tuple(screen_digest(t.screen) for t in batch) if at is not None else ())
+                 for at, batch in zip(instants, batches)]
+        outcomes: list[tuple[Performed, ...]] = p.ask_all(list(sends))
+        by_tab = {res.tab: res for outcome in outcomes for res in outcome}
+        results = [by_tab[t.name] for t, _, _ in sending]
+    for (tab, before, not_before), res in zip(sending, results):
+        if res.screen_changed:
+            # Nothing was typed: the screen moved since the decision (the agent resumed by itself, a human
+            # typed, a menu opened). Back to the plan before the read; the next pass plans from the new screen.
+            p.count("RESUMES", "$ns", "$name", box.agent, "screen_changed")
+            p.records[tab.name] = replace(before, journal=None, message=(
+                "The screen changed before the armed continue was typed (the agent moved, a human typed or a "
+                "menu opened); nothing was sent; planning again"))
+            p.wake[tab.name] = p.now
+            continue
+        if not_before is not None and res.entered_at is not None:
+            p.count("DEADLINE_LAG", value=max(0.0, (res.entered_at - not_before).total_seconds()))
         p.count("RESUMES", "$ns", "$name", box.agent, "ok" if res.ok else "no_effect")
         rec = replace(p.records[tab.name], journal=None)
         how = describe(res, journal_action)

@@ -9,6 +9,11 @@ again. When a resume is due the handler re-reads the subscription's usage and as
 
 * resume at the reset instant + `margin_s` (at most 30 s); Claude Code's own automatic continue
   is given `auto_continue_grace_s` after the reset before we step in;
+* prepare during the margin: the usage is re-read `prepare_s` before the resume instant (never before
+  the reset + 1 s: `prepare_at`), and when it says the window reset the continue is *armed*: its journal
+  is written ahead with `not_before` = the resume instant and the executor presses Enter at that instant
+  (`after_usage` returns the plan with `not_before`); `prepare_s` 0 re-reads at the resume instant and
+  sends at once (the behaviour before arming);
 * leave a tab alone while a human typed in it during the last `human_idle_s` seconds, while it
   awaits input (permission prompt, question, menu), or while its prompt holds a half-typed line;
 * send nothing when the agent is working again;
@@ -41,6 +46,8 @@ class ResumeConfig:
         settle_s: after a send, the same limit line seen within this time is the old one.
         max_attempts: resumes for consecutive limit events without progress before asking a human.
         unknown_reset_recheck_s: when neither screen nor usage gives a reset, look again after this.
+        prepare_s: how long before the resume instant the usage is re-read and the continue armed
+            (0-60; `prepare_at` gives the exact rule; 0: re-read at the resume instant, send at once).
     """
 
     margin_s: float = 10.0
@@ -49,10 +56,34 @@ class ResumeConfig:
     settle_s: float = 20.0
     max_attempts: int = 5
     unknown_reset_recheck_s: float = 300.0
+    prepare_s: float = 8.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.margin_s <= 30:
             raise ValueError("margin_s must be within 0-30 seconds")
+        if not 0 <= self.prepare_s <= 60:
+            raise ValueError("prepare_s must be within 0-60 seconds")
+
+
+PREPARE_AFTER_RESET_S = 1.0
+"""The usage is never re-read for a resume earlier than this many seconds after the reset instant (the
+provider's window must have reset by then; a read before would see the old window)."""
+
+
+def prepare_at(resume_at: datetime, resets_at: datetime | None, cfg: ResumeConfig) -> datetime:
+    """The instant the usage is re-read (and the continue armed) for a resume due at `resume_at` (UTC).
+
+    Rule: `resume_at - prepare_s`, but never before `resets_at + PREPARE_AFTER_RESET_S` (1 s) and never
+    after `resume_at`. Without a known reset (`resets_at` None: a resume requested by annotation, after a
+    switch, or with no reset on screen and in usage) or with `prepare_s` 0 it is `resume_at` itself: the
+    read happens at the resume instant and the continue is sent at once, as before arming existed.
+    With the defaults (margin 10 s, prepare 8 s) the read comes 2 s after the reset and Enter lands at
+    reset + 10 s; with a margin of 1 s (or less) the rule gives the resume instant again.
+    """
+    if cfg.prepare_s <= 0 or resets_at is None:
+        return resume_at
+    earliest = resets_at + timedelta(seconds=PREPARE_AFTER_RESET_S)
+    return min(resume_at, max(resume_at - timedelta(seconds=cfg.prepare_s), earliest))
 
 
 class Phase(str, enum.Enum):
@@ -106,13 +137,17 @@ class Action(str, enum.Enum):
 
 @dataclass(frozen=True)
 class TabPlan:
-    """Result of planning: the updated record, an action, and when to look at the tab again."""
+    """Result of planning: the updated record, an action, and when to look at the tab again.
+
+    `not_before` (from `after_usage` only): the continue is armed; its Enter must not be pressed before
+    this instant (UTC), the resume instant. None: send now."""
 
     record: TabRecord
     action: Action = Action.NONE
     menu_choice: int | None = None
     wake_at: datetime | None = None
     event: str | None = None       # a milestone worth an Event (e.g. "LimitDetected")
+    not_before: datetime | None = None
 
 
 def limit_key(det: Detection) -> str:
@@ -286,12 +321,13 @@ def _schedule(rec: TabRecord, det: Detection, now: datetime, cfg: ResumeConfig, 
                        action=Action.ANSWER_MENU, menu_choice=det.menu_choice)
     resume_at = rec.resume_at or _due_at(det, now, cfg)
     rec = replace(rec, resume_at=resume_at)
-    if resume_at > now:
+    check_at = prepare_at(resume_at, rec.resets_at, cfg)
+    if check_at > now:
         who = "Claude Code continues by itself; checking at" if det.auto_continue else "Resuming at"
         message = f"Usage limit until {reset_txt}. {who} {resume_at:%H:%M:%S} UTC"
         if _explains_wait(rec, resume_at):
             message = rec.message or message  # kept until the wait it explains ends
-        return TabPlan(replace(rec, phase=Phase.RATE_LIMITED, message=message), wake_at=resume_at)
+        return TabPlan(replace(rec, phase=Phase.RATE_LIMITED, message=message), wake_at=check_at)
     if busy_until:
         return TabPlan(replace(rec, phase=Phase.RATE_LIMITED,
                                message="Reset passed; waiting until the human has not typed for a minute"),
@@ -355,13 +391,16 @@ def usage_verdict(usage: Usage | None, window: str | None, now: datetime) -> Usa
 
 
 def after_usage(rec: TabRecord, verdict: UsageVerdict, now: datetime, cfg: ResumeConfig) -> TabPlan:
-    """Turn a usage verdict into "send now" (record marked as sent) or "wait for the new reset".
+    """Turn a usage verdict into "send" (record marked as sent) or "wait for the new reset".
 
     The returned record with phase RESUMING is the write-ahead marker: persist it before sending.
-    `action` NONE with phase RESUMING means: send the resume keys now. When the usage read failed
-    (``verdict.known`` False) and the reset came from the screen (minute precision), the send waits
-    until the end of the printed minute plus ``margin_s``: an API outage never burns attempts before
-    the real reset.
+    `action` NONE with phase RESUMING means: send the resume keys. When the read came before the resume
+    instant (`prepare_at`: read during the margin) the send is **armed**: `not_before` is the resume
+    instant, the Enter is pressed then, not before (`sent_at` is that instant). `not_before` None: send
+    now. When the usage read failed (``verdict.known`` False) and the reset came from the screen (minute
+    precision), the send waits until the end of the printed minute plus ``margin_s`` (armed for it when
+    that is at most ``prepare_s`` away, else re-read at its own `prepare_at`): an API outage never burns
+    attempts before the real reset.
     """
     if not verdict.reset:
         assert verdict.new_reset is not None
@@ -371,23 +410,28 @@ def after_usage(rec: TabRecord, verdict: UsageVerdict, now: datetime, cfg: Resum
         return TabPlan(replace(
             rec, phase=Phase.RATE_LIMITED, resets_at=verdict.new_reset, resume_at=resume_at,
             message=f"Not reset yet ({verdict.reason}); {who} {resume_at:%H:%M:%S} UTC",
-        ), wake_at=resume_at, event="ResetNotYet")
+        ), wake_at=prepare_at(resume_at, verdict.new_reset, cfg), event="ResetNotYet")
     if rec.resets_at is None and not verdict.known:
         return unknown_reset_plan(rec, now, cfg)
+    send_at = max(now, rec.resume_at) if rec.resume_at is not None else now
     if not verdict.known and rec.resets_at is not None and not (rec.detected_by or "").startswith("structured:"):
         # The usage API could not confirm the reset and the screen prints it to the minute only (the
         # real reset may be up to 59 s later): a continue sent earlier would hit the limit again and
         # burn an attempt. Wait until the end of the printed minute plus the margin, then send.
         end = rec.resets_at.replace(second=0, microsecond=0) + timedelta(seconds=60 + cfg.margin_s)
-        if now < end:
+        if now < end and (end - now).total_seconds() > cfg.prepare_s:
             return TabPlan(replace(
                 rec, phase=Phase.RATE_LIMITED, resume_at=end,
                 message=f"Usage API could not confirm the reset ({verdict.reason}); the screen gives the minute "
-                        f"only: resuming at {end:%H:%M:%S} UTC"), wake_at=end)
+                        f"only: resuming at {end:%H:%M:%S} UTC"), wake_at=prepare_at(end, rec.resets_at, cfg))
+        send_at = max(send_at, end)
+    armed = send_at > now
+    message = (f"Limit reset; continue armed for {send_at:%H:%M:%S} UTC" if armed
+               else "Limit reset; sending continue")
     return TabPlan(replace(
-        rec, phase=Phase.RESUMING, sent_for=rec.limit_key, sent_at=now, resume_at=None,
-        attempts=rec.attempts + 1, message="Limit reset; sending continue",
-    ), wake_at=now + timedelta(seconds=cfg.settle_s), event="Resuming")
+        rec, phase=Phase.RESUMING, sent_for=rec.limit_key, sent_at=send_at, resume_at=None,
+        attempts=rec.attempts + 1, message=message,
+    ), wake_at=send_at + timedelta(seconds=cfg.settle_s), event="Resuming", not_before=send_at if armed else None)
 
 
 def unknown_reset_plan(rec: TabRecord, now: datetime, cfg: ResumeConfig) -> TabPlan:
@@ -481,6 +525,9 @@ class Journal:
     keys are sent, so after a crash the step may or may not have happened and the screen decides
     (`recovery_step`). `for_key` is the limit event the action answers; `text` the text it types (the
     continue text) or the menu digit; instants are UTC; `recoveries` counts restarts that resumed it.
+    `not_before` (UTC) is set on an armed continue (`after_usage`): its Enter is never pressed before this
+    instant, also when a restarted controller completes the journal (the steps before the Enter may be
+    performed earlier: the text is typed shortly before it, a restart runs at once).
     """
 
     action: JournalAction
@@ -490,6 +537,7 @@ class Journal:
     for_key: str | None = None
     text: str | None = None
     recoveries: int = 0
+    not_before: datetime | None = None
 
     def at(self, step: Step, now: datetime) -> "Journal":
         """The journal advanced to `step` (written ahead of performing it)."""
@@ -501,9 +549,10 @@ class Journal:
         return steps[steps.index(start or self.step):]
 
 
-def start_journal(action: JournalAction, now: datetime, for_key: str | None, text: str | None) -> Journal:
-    """A new journal at the first step of `action`."""
-    return Journal(action, STEPS[action][0], now, now, for_key, text)
+def start_journal(action: JournalAction, now: datetime, for_key: str | None, text: str | None,
+                  not_before: datetime | None = None) -> Journal:
+    """A new journal at the first step of `action` (`not_before`: its Enter waits for that instant)."""
+    return Journal(action, STEPS[action][0], now, now, for_key, text, not_before=not_before)
 
 
 @dataclass(frozen=True)
@@ -534,7 +583,9 @@ def recovery_step(journal: Journal, det: Detection, at_shell: bool, last_input_a
     Rules: a human who typed after the step was written owns the tab (send nothing). Our own continue
     text still in the prompt gets its Enter - it is never a human's draft. An agent working again gets
     nothing. A Codex tab at the shell with a restart pending gets the restart. Any other text in the
-    prompt is a human's draft: left intact, a human is asked.
+    prompt is a human's draft: left intact, a human is asked. The step chosen does not depend on the
+    journal's `not_before` (an armed continue): the action that performs it keeps the journal, and the
+    executor never presses its Enter before that instant.
     """
     if journal.recoveries >= MAX_RECOVERIES:
         return Recovery(None, "abandon", f"{journal.action.value} was interrupted {journal.recoveries} times; "

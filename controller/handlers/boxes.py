@@ -96,6 +96,7 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
                          existence_check(rt, C.AGENTBOX_PLURAL, ns, name, body.metadata.uid))
     finally:  # what is kept about the box goes first: a cancelled aclose() must not skip it
         rt.wakeups.pop((ns, name), None)
+        rt.interests.pop((ns, name), None)
         rt.presence.forget(C.AGENTBOX_PLURAL, ns, name, body.metadata.uid)
         forget_writer(rt, C.AGENTBOX_PLURAL, ns, name)
         metrics.forget_box(ns, name)

@@ -44,7 +44,7 @@ async def subscription_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.M
     if wake is not None:
         wake.set()
     forget_writer(rt, C.SUBSCRIPTION_PLURAL, body.metadata.namespace, body.metadata.name)
-    wake_boxes(rt, body.metadata.namespace)
+    wake_boxes(rt, body.metadata.namespace, body.metadata.name, (body.get("spec") or {}).get("provider"))
 
 
 @kopf.daemon(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="read-usage", cancellation_timeout=5.0, registry=REGISTRY)

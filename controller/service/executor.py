@@ -5,6 +5,13 @@ adapter (`controller.agents.adapter.AgentAdapter`), what to do and in which orde
 Journaled actions (`SendContinue`, `RunJournal`) have their tab journals written to status before their
 first key and each further step written before it is performed; a controller killed at any step finds the
 journal in status and completes it from the step it reached (`controller.domain.resume.recovery_step`).
+
+An armed continue (`SendContinue.not_before`, a journal's `not_before`) waits: its text is typed at
+`not_before` minus the send pause and `settings.resume_write_budget_s` (the Enter step's status write), and
+Enter is pressed at `max(not_before, typed + send pause)`, never before `not_before`. Right before the first
+key the screen is compared with the one the decision was made on (`expect`, `screen_digest`): a tab whose
+screen differs gets nothing (`Performed.screen_changed`). The comparison is the decision's condition, checked
+mechanically; on the live stream the screen comes from the stream's cache when tmux reported no output since.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import logging
 import shlex
 import time
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Mapping
 
 
@@ -23,7 +31,7 @@ from controller.domain.box import (
     BLOCKING, JOURNALED, Act, BoxDecision, BoxStatus, CheckSession, ClearAnnotation, Count, CreatePod, DeletePod, Done,
     InstallLogin, PatchStatus, PodCreated, Performed, PostEvent, PressKey, PrintNotice, ReadStructured, ReadUsage,
     RemoveLogin, RunJournal, SendContinue, SessionSeen, StructuredRead, SwitchSubscription, UsageRead, record_to_status,
-    switch_patches,
+    screen_digest, switch_patches,
 )
 from controller.domain.resume import Journal, Step, TabRecord
 from controller.kube.objects import make_box_secret
@@ -148,11 +156,9 @@ class Executor:
         if isinstance(action, SwitchSubscription):
             return await self._switch(action)
         if isinstance(action, SendContinue):
-            moved = await self._continue_batch(action)
-            at = self.rt.clock()
-            return tuple(Performed(tab, ok, at, Step.ENTER, text=action.text) for (tab, _), ok in zip(action.tabs, moved))
+            return await self._continue_batch(action)
         if isinstance(action, RunJournal):
-            return await self.perform(action.tab, action.pane, action.journal)
+            return await self.perform(action.tab, action.pane, action.journal, action.expect)
         if isinstance(action, DeletePod):
             return Done(bool(await self.rt.kube.delete_pod(self.namespace, action.name, action.uid)))
         if isinstance(action, CreatePod):
@@ -262,37 +268,83 @@ class Executor:
                 await asyncio.sleep(self.rt.settings.send_pause_s)
             await self.term.press(pane, key)
 
-    async def _continue_batch(self, action: SendContinue) -> list[bool]:
+    async def _until(self, at: datetime | None) -> None:
+        """Sleep until the instant `at` (UTC, by the runtime's clock); at once when it passed or is None.
+        The loop's monotonic timer and the wall clock may disagree by a hair: checked again (a few times at
+        most), so an armed Enter is never pressed before its instant by the runtime's clock."""
+        if at is None:
+            return
+        for _ in range(3):
+            left = (at - self.rt.clock()).total_seconds()
+            if left <= 0:
+                return
+            await asyncio.sleep(left + 0.0005)
+
+    def _type_at(self, not_before: datetime | None) -> datetime | None:
+        """When an armed continue's text is typed: `not_before` minus the send pause and the budget of the
+        Enter step's status write, so that Enter can be pressed at `not_before`."""
+        if not_before is None:
+            return None
+        lead = self.term.send_pause_s + self.rt.settings.resume_write_budget_s
+        return not_before - timedelta(seconds=lead)
+
+    async def _continue_batch(self, action: SendContinue) -> tuple[Performed, ...]:
         """Type the text into several panes in one tmux call, write the journals' Enter step ahead, pause,
-        press Enter in all of them in a second call, then wait until each pane changed."""
+        press Enter in all of them in a second call, then wait until each pane changed.
+
+        Armed (`action.not_before`): typed at `_type_at`, Enter at `max(not_before, typed + pause)`. With
+        `action.expect`, a tab whose screen right before the typing is not the expected one gets nothing."""
         term, text = self.term, action.text
-        tabs = [self.tabs[name] for name, _ in action.tabs]
-        typing: list[str] = ["tmux"]
-        enter: list[str] = ["tmux"]
-        for i, (_, pane) in enumerate(action.tabs):
-            sep = [";"] if i else []
-            typing += sep + tmux.send_text_argv(pane, text)[1:]
-            enter += sep + tmux.send_key_argv(pane, "Enter")[1:]
-        await term.run(typing)
-        typed = time.monotonic()
-        await self._advance([name for name, _ in action.tabs], Step.ENTER)
-        await asyncio.sleep(max(0.0, term.send_pause_s - (time.monotonic() - typed)))
-        before = await term.capture_all(tabs)
-        await term.run(enter)
+        names = [name for name, _ in action.tabs]
+        panes = dict(action.tabs)
+        await self._until(self._type_at(action.not_before))
+        changed: set[str] = set()
+        if action.expect:
+            screens = await term.capture_all([self.tabs[name] for name in names])
+            changed = {name for name, want in zip(names, action.expect)
+                       if screen_digest(screens.get(self.tabs[name].id, "")) != want}
+        sending = [name for name in names if name not in changed]
         moved: set[str] = set()
+        entered_at: datetime | None = None
+        if sending:
+            tabs = [self.tabs[name] for name in sending]
+            typing: list[str] = ["tmux"]
+            enter: list[str] = ["tmux"]
+            for i, name in enumerate(sending):
+                sep = [";"] if i else []
+                typing += sep + tmux.send_text_argv(panes[name], text)[1:]
+                enter += sep + tmux.send_key_argv(panes[name], "Enter")[1:]
+            await term.run(typing)
+            typed = time.monotonic()
+            await self._advance(sending, Step.ENTER)
+            await asyncio.sleep(max(0.0, term.send_pause_s - (time.monotonic() - typed)))
+            before = await term.capture_all(tabs)
+            await self._until(action.not_before)
+            await term.run(enter)
+            entered_at = self.rt.clock()
 
-        async def all_moved() -> bool:
-            after = await term.capture_all([t for t in tabs if t.id not in moved])
-            moved.update(tid for tid, screen in after.items() if screen != before.get(tid))
-            return len(moved) == len(tabs)
+            async def all_moved() -> bool:
+                after = await term.capture_all([t for t in tabs if t.id not in moved])
+                moved.update(tid for tid, screen in after.items() if screen != before.get(tid))
+                return len(moved) == len(tabs)
 
-        await term.wait_until(all_moved, self.rt.settings.verify_timeout_s)
-        return [t.id in moved for t in tabs]
+            await term.wait_until(all_moved, self.rt.settings.verify_timeout_s)
+        at = self.rt.clock()
+        return tuple(Performed(name, False, at, None, text=text, screen_changed=True) if name in changed
+                     else Performed(name, self.tabs[name].id in moved, at, Step.ENTER, text=text,
+                                    entered_at=entered_at)
+                     for name in names)
 
-    async def perform(self, tab: str, pane: str, journal: Journal) -> Performed:
+    async def perform(self, tab: str, pane: str, journal: Journal, expect: str = "") -> Performed:
         """Perform `journal`'s steps from its current one (already written), each further step written to
         status before its keys are sent. Returns the raw outcome (`Performed`: moved on or not, the step it
         stopped or ended at, what was run and typed; `controller.domain.box.describe` words it).
+
+        An armed journal (`journal.not_before`) types its text at `_type_at` and presses Enter at
+        `max(not_before, typed + pause)`, never before `not_before`; the steps before them (a restart) run at
+        once. `expect`: the digest of the screen the decision was made on, compared right before the first
+        key (after waiting for the first step's instant); a different screen sends nothing
+        (`Performed.screen_changed`).
 
         Raises whatever the exec or the status write raises; the journal then stays in status and the next
         pass (or a restarted controller) completes it from the step it reached.
@@ -301,9 +353,11 @@ class Executor:
         argv = tuple(self.adapter.restart_argv or ())
         keys = tuple(self.adapter.interrupt_keys)
         text = journal.text or self.adapter.continue_text
+        not_before = journal.not_before
+        entered_at: datetime | None = None
 
         def outcome(ok: bool, step: Step | None, restarted: bool) -> Performed:
-            return Performed(tab, ok, self.rt.clock(), step, restarted, text, argv, keys)
+            return Performed(tab, ok, self.rt.clock(), step, restarted, text, argv, keys, entered_at=entered_at)
 
         async def at_shell() -> bool:
             return (await term.foreground(pane)).lstrip("-") in tmux.SHELLS
@@ -311,8 +365,19 @@ class Executor:
         async def agent_ready() -> bool:
             return not await at_shell() and await self.screen_ready(pane)
 
+        steps = journal.remaining()
+        if expect:
+            # The first key's instant: an armed text (or its Enter, the text typed before a restart) is checked
+            # when the text would be typed; a restart's first key runs at once.
+            await self._until(self._type_at(not_before) if steps and steps[0] in (Step.TYPE, Step.ENTER) else None)
+            # The screen as the decision saw it (`capture_all`, the stream's cache when nothing was printed);
+            # a tab the pass did not read is never comparable: nothing is sent.
+            view = self.tabs.get(tab)
+            screen = (await term.capture_all([view])).get(view.id) if view is not None else None
+            if screen is None or screen_digest(screen) != expect:
+                return Performed(tab, False, self.rt.clock(), None, False, text, argv, keys, screen_changed=True)
         restarted = False
-        for i, step in enumerate(journal.remaining()):
+        for i, step in enumerate(steps):
             if i:
                 await self._advance([tab], step)
             if step == Step.INTERRUPT:
@@ -329,11 +394,16 @@ class Executor:
                 if not await term.wait_until(agent_ready, s.restart_timeout_s):
                     return outcome(False, step, restarted)
             elif step == Step.TYPE:
+                await self._until(self._type_at(not_before))
                 await term.run(tmux.send_text_argv(pane, text))
                 await asyncio.sleep(s.send_pause_s)
             elif step in (Step.ENTER, Step.PRESS):
                 before = await term.capture(pane)
+                if step == Step.ENTER:
+                    await self._until(not_before)
                 await term.press(pane, "Enter" if step == Step.ENTER else text)
+                if step == Step.ENTER:
+                    entered_at = self.rt.clock()
                 return outcome(await term.wait_changed(pane, before, s.verify_timeout_s), step, restarted)
         return outcome(True, None, restarted)
 

@@ -80,6 +80,7 @@ class BoxWatcher:
         self.cfg = DecideConfig(ResumeConfig(
             margin_s=s.resume_margin_s, human_idle_s=s.human_idle_s, auto_continue_grace_s=s.auto_continue_grace_s,
             settle_s=s.settle_s, max_attempts=s.max_attempts, unknown_reset_recheck_s=s.unknown_reset_recheck_s,
+            prepare_s=s.resume_prepare_s,
         ))
         self.memory: Memory | None = None        # the decision's memory between passes
         self.writer = box_writer(rt, namespace, name)  # the box's one writer, shared with the reconcile
@@ -87,6 +88,7 @@ class BoxWatcher:
         self.stream: BoxStream | None = None     # the live tmux stream (settings.tmux_stream)
         self._stream_pod: str | None = None      # uid of the pod the stream is attached to
         self._classify: Any = None               # screen -> detection key, for the stream's wake-ups
+        self._interest: tuple[str, str | None] = ("", None)  # (spec.subscription, provider if rotating)
         self._spec_key: tuple[Any, Any] | None = None  # (uid, generation) of the spec parsed last
         self._spec_parts: tuple[Any, ...] | None = None
 
@@ -111,6 +113,8 @@ class BoxWatcher:
         self.writer.seen(body)
         if self.memory is None:
             self.memory = memory_from_status(status, spec.subscription)
+        self._interest = (spec.subscription or "", facts.provider if facts.rotation else None)
+        self._note_interest()
         obs = Observation(
             box=facts, generation=meta.get("generation"), conditions=tuple(status.get("conditions") or []),
             state=status.get("state"), usage_max_age_s=s.usage_max_age_s, stall_s=s.stall_s,
@@ -218,9 +222,17 @@ class BoxWatcher:
             raise
         assert decision is not None
         self.memory = decision.memory
+        self._note_interest()
         if decision.status is not None:
             await self._record(decision.status)
         return decision
+
+    def _note_interest(self) -> None:
+        """Tell Subscription changes which of them concern this box (`Runtime.interests`): the one it runs
+        on now (status.subscription after a switch), and its provider's when it rotates."""
+        spec_sub, provider = self._interest
+        self.rt.interests[(self.namespace, self.name)] = ((self.memory.current if self.memory else None)
+                                                          or spec_sub, provider)
 
     async def _record(self, status: BoxStatus) -> None:
         """Write the decision's status (only when it changed; conditions merged by type)."""
