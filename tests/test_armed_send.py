@@ -83,6 +83,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[float, list[str]]] = []
+        self.captures: list[float] = []  # instants of capture_all calls (the stream may serve them from its cache)
 
     def keys(self) -> list[tuple[float, list[str]]]:
         return [(t, argv) for t, argv in self.calls if "send-keys" in argv]
@@ -93,6 +94,10 @@ def recording(base: type[BoxTerminal], rec: Recorder) -> type[BoxTerminal]:
         async def run(self, argv: list[str], check: bool = True) -> Any:
             rec.calls.append((time.time(), list(argv)))
             return await super().run(argv, check)
+
+        async def capture_all(self, tabs: list[tmux.Tab]) -> dict[str, str]:
+            rec.captures.append(time.time())
+            return await super().capture_all(tabs)
     return Recording
 
 
@@ -264,6 +269,45 @@ async def test_armed_journal_completed_by_perform_waits_for_not_before(box, mode
             assert typed_at >= nb - LEAD - 0.02
         else:
             assert [argv for _, argv in rec.keys()] == [tmux.send_key_argv(main.pane_id, "Enter")], "only Enter"
+    finally:
+        if stream is not None:
+            await stream.aclose()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_human_typing_after_our_text_holds_the_armed_enter(box, mode: str):
+    """The armed text waits in the prompt for its instant (send pause + write budget). A human who types after it
+    keeps their line: Enter is not pressed (nothing is submitted, ours and theirs stay in the prompt), and the
+    result says so (`held`: the journal stays at its Enter step for the next pass to judge)."""
+    client, log = box
+    term, stream, rec, main, screen = await setup(client, mode)
+    try:
+        not_before = datetime.now(timezone.utc) + timedelta(seconds=3)
+        journal = start_journal(JournalAction.CONTINUE, datetime.now(timezone.utc), "k", "continue",
+                                not_before=not_before)
+        action = SendContinue((("main", main.pane_id),), "continue", not_before=not_before,
+                              expect=(screen_digest(screen),))
+        flushes: list[tuple[float, Any]] = []
+        ex = executor(term, main, flushes)
+        ex.rt.settings = ex.rt.settings.model_copy(update={"resume_write_budget_s": 1.5})
+
+        async def human() -> None:
+            # Once our text is typed and the executor took the screen after it (its first capture after the
+            # typing), a human types into the same prompt.
+            async def typed_and_taken() -> bool:
+                keys = rec.keys()
+                return bool(keys) and any(t > keys[0][0] for t in rec.captures)
+            await until(typed_and_taken, what="our text typed and the screen after it taken")
+            assert (await client.run("default", "box", "box", tmux.send_text_argv(main.pane_id, " please"))).rc == 0
+        task = asyncio.ensure_future(human())
+        await ex.run(decision(action, journal))
+        await task
+        (res,) = ex.results[action]
+        assert res.held and not res.ok and res.entered_at is None and res.step == Step.ENTER
+        assert [argv for _, argv in rec.keys()] == [tmux.send_text_argv(main.pane_id, "continue")], "no Enter"
+        assert received(log) == [], "nothing was submitted"
+        out = await client.run("default", "box", "box", tmux.capture_one_argv(main.pane_id))
+        assert "continue please" in out.stdout, "both lines stay in the prompt for the human"
     finally:
         if stream is not None:
             await stream.aclose()

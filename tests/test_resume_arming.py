@@ -220,6 +220,38 @@ def test_screen_changed_before_the_keys_sends_nothing_and_plans_again():
     assert next(a for a in again.actions if isinstance(a, SendContinue)).not_before == s(10)
 
 
+def held(a):
+    """Typed, but Enter held: the screen moved between the typing and the instant (a human typed after ours)."""
+    if isinstance(a, SendContinue):
+        return tuple(Performed(t, False, s(10), Step.ENTER, text="continue", held=True) for t, _ in a.tabs)
+    return Performed(a.tab, False, s(10), Step.ENTER, text="continue", held=True)
+
+
+def test_an_enter_held_keeps_the_journal_at_enter_for_the_screen_to_judge():
+    d, _ = run_at(observe(tab(LINE, screen=SCREEN)), detected(), s(2), ARMED, answers(s(2), send=held))
+    rec = d.tab_records["main"]
+    assert rec.journal is not None and rec.journal.step == Step.ENTER and rec.journal.not_before == s(10)
+    assert rec.phase == Phase.RESUMING
+    assert "did not press Enter" in (rec.message or "")
+    assert ("Normal", "Resumed") not in events(d) and ("Warning", "ResumeFailed") not in events(d)
+    assert d.wake_at == (s(2),)  # judged again at once
+    # Next pass: a human typed after ours: the tab is theirs, nothing is sent, the journal is closed.
+    theirs = replace(LINE, prompt_text="continue please")
+    nxt, _ = run_at(observe(tab(theirs, last_input=s(9.8), screen=SCREEN + "continue please")), d.memory, s(11),
+                    ARMED)
+    assert not any(isinstance(a, (SendContinue, RunJournal)) for a in nxt.actions)
+    assert nxt.tab_records["main"].journal is None and "human typed" in (nxt.tab_records["main"].message or "")
+    # A line the controller did not type (no input time seen): left intact and a human is asked.
+    nxt, _ = run_at(observe(tab(theirs, screen=SCREEN + "continue please")), d.memory, s(11), ARMED)
+    assert not any(isinstance(a, (SendContinue, RunJournal)) for a in nxt.actions)
+    assert nxt.tab_records["main"].phase == Phase.NEEDS_ATTENTION and ("Warning", "PromptNotEmpty") in events(nxt)
+    # Or our text alone (a spurious change of the screen): its Enter, once.
+    ours = replace(LINE, prompt_text="continue")
+    again, _ = run_at(observe(tab(ours, screen=SCREEN + "continue")), d.memory, s(11), ARMED)
+    (enter,) = [a for a in again.actions if isinstance(a, RunJournal)]
+    assert enter.journal.step == Step.ENTER
+
+
 # ---------------------------------------------------------------------------------------------- recovery
 def armed_memory(step: Step = Step.TYPE) -> Memory:
     """What a controller killed while armed left in status (rebuilt from it, as after a restart)."""

@@ -230,6 +230,9 @@ class Performed:
         screen_changed: nothing was sent: right before the first key the tab's screen was not the one the
             decision was made on (`expect`: the agent moved by itself, a human typed, a menu opened).
         entered_at: when Enter was pressed (UTC), None when it was not.
+        held: the text was typed but Enter was not pressed: right before an armed Enter the tab's screen was
+            no longer the one after the typing (a human typed after it, the agent moved). The journal stays
+            at its Enter step, written ahead; the next pass judges the screen (`recovery_step`).
     """
 
     tab: str
@@ -242,6 +245,7 @@ class Performed:
     keys: tuple[str, ...] = ()
     screen_changed: bool = False
     entered_at: datetime | None = None
+    held: bool = False
 
 
 @dataclass(frozen=True)

@@ -1225,7 +1225,25 @@ def _recover(p: _Pass, tab: TabView, rec: TabRecord, det: Detection) -> tuple[Ru
                        expect=screen_digest(tab.screen) if armed else ""), what, verdict.reason)
 
 
+def _held(p: _Pass, tab: TabView, rec: TabRecord) -> None:
+    """An armed continue typed but not entered (`Performed.held`: the screen moved between the typing and the
+    instant). The journal stays, at its Enter step (written ahead), from the instant it was written: the next
+    pass judges the screen (`recovery_step`): our text alone in the prompt gets its Enter; a line a human
+    added is left intact and a human is asked; a human who typed since gets nothing."""
+    journal = rec.journal
+    if journal is None:  # pragma: no cover - a held result always answers a journaled action
+        return
+    p.count("RESUMES", "$ns", "$name", p.obs.box.agent, "screen_changed")
+    p.records[tab.name] = replace(rec, journal=replace(journal, step=Step.ENTER), message=(
+        f"Typed '{journal.text or p.obs.box.continue_text}' but did not press Enter: the screen changed before "
+        "the resume instant (a human typed or the agent moved); judging the screen again"))
+    p.wake[tab.name] = p.now
+
+
 def _recovered(p: _Pass, tab: TabView, action: RunJournal, what: str, reason: str, res: Performed) -> None:
+    if res.held:
+        _held(p, tab, p.records[tab.name])
+        return
     rec = replace(p.records[tab.name], journal=None)
     settle = p.now + timedelta(seconds=p.cfg.resume.settle_s)
     if res.screen_changed:
@@ -1322,6 +1340,9 @@ def _resume_due(p: _Pass, due: list[TabView]) -> None:
                 "The screen changed before the armed continue was typed (the agent moved, a human typed or a "
                 "menu opened); nothing was sent; planning again"))
             p.wake[tab.name] = p.now
+            continue
+        if res.held:
+            _held(p, tab, p.records[tab.name])
             continue
         if not_before is not None and res.entered_at is not None:
             p.count("DEADLINE_LAG", value=max(0.0, (res.entered_at - not_before).total_seconds()))

@@ -305,6 +305,7 @@ class Executor:
                        if screen_digest(screens.get(self.tabs[name].id, "")) != want}
         sending = [name for name in names if name not in changed]
         moved: set[str] = set()
+        held: set[str] = set()  # tab ids typed into but not entered (the armed Enter's guard)
         entered_at: datetime | None = None
         if sending:
             tabs = [self.tabs[name] for name in sending]
@@ -320,7 +321,19 @@ class Executor:
             await asyncio.sleep(max(0.0, term.send_pause_s - (time.monotonic() - typed)))
             before = await term.capture_all(tabs)
             await self._until(action.not_before)
-            await term.run(enter)
+            if action.not_before is not None:
+                # Armed: the text waited in the prompt; Enter only where the screen is still the one after our
+                # typing (a human who typed after it keeps their line: it is not submitted with ours).
+                again = await term.capture_all(tabs)
+                held = {t.id for t in tabs if again.get(t.id) != before.get(t.id)}
+                if held:
+                    enter = ["tmux"]
+                    for name in sending:
+                        if self.tabs[name].id not in held:
+                            enter += ([";"] if len(enter) > 1 else []) + tmux.send_key_argv(panes[name], "Enter")[1:]
+                    moved.update(held)  # never waited for: reported held below
+            if len(enter) > 1:
+                await term.run(enter)
             entered_at = self.rt.clock()
 
             async def all_moved() -> bool:
@@ -331,6 +344,8 @@ class Executor:
             await term.wait_until(all_moved, self.rt.settings.verify_timeout_s)
         at = self.rt.clock()
         return tuple(Performed(name, False, at, None, text=text, screen_changed=True) if name in changed
+                     else Performed(name, False, at, Step.ENTER, text=text, held=True)
+                     if self.tabs[name].id in held
                      else Performed(name, self.tabs[name].id in moved, at, Step.ENTER, text=text,
                                     entered_at=entered_at)
                      for name in names)
@@ -399,8 +414,12 @@ class Executor:
                 await asyncio.sleep(s.send_pause_s)
             elif step in (Step.ENTER, Step.PRESS):
                 before = await term.capture(pane)
-                if step == Step.ENTER:
+                if step == Step.ENTER and not_before is not None and not_before > self.rt.clock():
                     await self._until(not_before)
+                    # Armed: Enter only if the screen is still the one after our typing (a human's keys typed
+                    # after ours are never submitted with them); else the journal stays at Enter, written ahead.
+                    if await term.capture(pane) != before:
+                        return Performed(tab, False, self.rt.clock(), step, restarted, text, argv, keys, held=True)
                 await term.press(pane, "Enter" if step == Step.ENTER else text)
                 if step == Step.ENTER:
                     entered_at = self.rt.clock()
