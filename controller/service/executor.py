@@ -86,6 +86,8 @@ class Executor:
         self.written: dict[str, TabRecord] = {}   # records whose journal was written ahead
         self._status: BoxStatus | None = None
         self._tab_ids: Mapping[str, str] = {}
+        changes = getattr(rt, "box_changes", None)
+        self._changes = changes.get((namespace, name), 0) if isinstance(changes, dict) else 0  # at the pass's start
 
     # ------------------------------------------------------------------ one decision
     async def run(self, decision: BoxDecision) -> None:
@@ -283,32 +285,41 @@ class Executor:
             await asyncio.sleep(left + 0.0005)
 
     async def _armed_wait(self, at: datetime | None) -> bool:
-        """Wait until `at` (UTC) as `_until`, unless the box's watcher is woken first (`Runtime.wakeups`: its
-        spec or a resume annotation changed, its pod was deleted or ended, the box was deleted, or on the live
-        stream a tab's screen changed): then return True at once, and the armed send types nothing (the
-        decision it performs is stale; the next pass, which the wake-up starts at once, decides again). A wake-up
-        already set counts. `at` None (nothing to wait for): False at once."""
+        """Wait until `at` (UTC) as `_until`, unless a human changes the box meanwhile (`Runtime.box_changes`
+        moved since this executor's pass began: its spec or a resume annotation changed, its pod went, the box
+        was deleted): then return True at once, and the armed send types nothing (the decision it performs is
+        stale; the next pass, which the change's wake-up starts at once, decides again). Other wake-ups (a
+        screen or the stream on the live stream, a Subscription) do not cancel it; they are kept for the next
+        pass. `at` None (nothing to wait for): False at once."""
         if at is None:
             return False
-        wakeups = getattr(self.rt, "wakeups", None)
-        wake = wakeups.get((self.namespace, self.name)) if isinstance(wakeups, dict) else None
-        if wake is None:
+        wakeups, changes = getattr(self.rt, "wakeups", None), getattr(self.rt, "box_changes", None)
+        key = (self.namespace, self.name)
+        wake = wakeups.get(key) if isinstance(wakeups, dict) else None
+        if wake is None or not isinstance(changes, dict):
             await self._until(at)
             return False
-        if wake.is_set():
-            return True
-        waiter = asyncio.ensure_future(wake.wait())
+        woken = False
         try:
-            for _ in range(3):  # as `_until`: the loop's timer and the clock may disagree by a hair
+            for _ in range(1000):  # each round ends at `at` or at a wake-up (bounded: never a busy loop)
+                if changes.get(key, 0) != self._changes:
+                    return True
                 left = (at - self.rt.clock()).total_seconds()
                 if left <= 0:
                     return False
-                await asyncio.wait({waiter}, timeout=left + 0.0005)
-                if waiter.done():
-                    return True
-            return False
+                if wake.is_set():
+                    woken = True
+                    wake.clear()
+                waiter = asyncio.ensure_future(wake.wait())
+                try:
+                    await asyncio.wait({waiter}, timeout=left + 0.0005)
+                finally:
+                    waiter.cancel()
+            await self._until(at)
+            return changes.get(key, 0) != self._changes
         finally:
-            waiter.cancel()
+            if woken or wake.is_set():
+                wake.set()  # kept for the next pass
 
     def _type_at(self, not_before: datetime | None) -> datetime | None:
         """When an armed continue's text is typed: `not_before` minus the send pause and the budget of the
