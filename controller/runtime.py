@@ -47,6 +47,9 @@ class Runtime:
         box_changes: per box (namespace, name) how many times a human changed what a decision of its tab
             watcher rests on (its spec, a resume annotation, its pod gone, the box deleted): `box_changed`.
             An armed continue waiting for its instant is cancelled when it moves (`service.executor`).
+        daemon_uids: per box (namespace, name) the uid of the newest tab watcher daemon: what is kept by name
+            (wakeups, interests, box_changes, the status writer, metric series) is dropped only by it, never by
+            an older daemon of a deleted box of the same name that ends after the re-created box's started.
     """
 
     settings: Settings
@@ -61,6 +64,7 @@ class Runtime:
     interests: dict[tuple[str, str], tuple[str, str | None]] = field(default_factory=dict)
     status_writers: dict[tuple[str, str, str], StatusWriter] = field(default_factory=dict)
     box_changes: dict[tuple[str, str], int] = field(default_factory=dict)
+    daemon_uids: dict[tuple[str, str], str | None] = field(default_factory=dict)
     sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
     logins: SharedLogins = field(default_factory=SharedLogins)
     pods: WatchedPods = field(default_factory=WatchedPods)

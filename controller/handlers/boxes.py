@@ -92,16 +92,21 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     ns, name = body.metadata.namespace, body.metadata.name
 
     watcher = BoxWatcher(rt, ns, name, poster(memo, body))
+    # A box re-created under the same name is another object with its own daemon (kopf keys daemons by uid),
+    # which may start before this one ends: what is kept by name is dropped by the newest daemon only.
+    rt.daemon_uids[(ns, name)] = body.metadata.uid
     try:
         await run_passes(lambda: watcher.tick(dict(body)), rt.wakeup(ns, name), stopped,
                          rt.settings.scan_interval_s, logger, "Tab watch",
                          existence_check(rt, C.AGENTBOX_PLURAL, ns, name, body.metadata.uid))
     finally:  # what is kept about the box goes first: a cancelled aclose() must not skip it
-        rt.wakeups.pop((ns, name), None)
-        rt.interests.pop((ns, name), None)
-        rt.box_changes.pop((ns, name), None)
+        if rt.daemon_uids.get((ns, name)) == body.metadata.uid:
+            rt.daemon_uids.pop((ns, name), None)
+            rt.wakeups.pop((ns, name), None)
+            rt.interests.pop((ns, name), None)
+            rt.box_changes.pop((ns, name), None)
+            forget_writer(rt, C.AGENTBOX_PLURAL, ns, name)
+            metrics.forget_box(ns, name)
         rt.presence.forget(C.AGENTBOX_PLURAL, ns, name, body.metadata.uid)
-        forget_writer(rt, C.AGENTBOX_PLURAL, ns, name)
-        metrics.forget_box(ns, name)
         rt.events.forget(ObjectRef.of(body))  # deleted, or the process stops: its Event memory goes too
         await watcher.aclose()
