@@ -19,7 +19,9 @@ Phases:
    deadline until its last tab resumed, and the CPU seconds spent in that window by the operator
    (`cpu_s`) and by this process (`emulator_cpu_s`: the emulated API server, kubelet and provider, one
    Python thread, unlike a real API server): a burst whose operator CPU is far below its window waits on
-   something else than the controller's CPU).
+   something else than the controller's CPU); per tab: `cpu_ms_per_tab`, `requests_per_tab`,
+   `status_writes_per_tab` and `passes_per_tab` (the controller's `agentbox_watcher_passes_total`, read
+   from the operator's metrics port).
 
 The operator runs as its own OS process (`python -m controller run`, as in a cluster, PR_SET_PDEATHSIG),
 so it does not share a GIL with the API server and provider emulators (this process): `cpu_idle_cores` is

@@ -26,6 +26,9 @@ Clock = Callable[[], datetime]
 
 ENV_PREFIX = "AGENTBOX_"
 
+GC_GEN0 = 50_000
+"""Default `gc_gen0_threshold` (bench/README.md has the measurement behind it)."""
+
 # The environment `Settings.from_env(environ)` reads instead of os.environ (None: os.environ).
 _ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("agentbox_settings_environ", default=None)
 
@@ -89,6 +92,8 @@ class Settings(BaseSettings):
     box_policy_secret_names: list[str] = Field(default_factory=list, description="Secrets a box template may use as a volume, projected source, env, envFrom or imagePullSecrets (JSON list).")
     box_policy_image_prefixes: list[str] = Field(default_factory=list, description="When non-empty, every box image must start with one of these (JSON list).")
     # --- end box policy
+    gc_gen0_threshold: int = Field(GC_GEN0, ge=0, description="Garbage collector: allocations between two young-generation collections (CPython's default is 700; 0 keeps it). Higher: objects that live for one pass die before a collection walks them (bench/README.md).")
+    gc_freeze_period_s: float = Field(600.0, ge=0, description="Garbage collector: every this many seconds one full collection, then the survivors are frozen out of the automatic collections, so those of a reset's burst walk only new objects (0 = off; bench/README.md).")
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus metrics port (0 = off).")
 
     @classmethod

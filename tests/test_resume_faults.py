@@ -341,3 +341,53 @@ async def test_controller_stopped_while_a_continue_is_armed_sends_it_once_not_be
         assert submit_at < not_before + 3, "completed at its instant, not late"
         assert any(e["reason"] == "Resumed" and "after a controller restart" in e["message"]
                    for e in world.events("box-a"))
+
+
+@pytest.mark.parametrize("terminal", MODES)
+async def test_a_human_typing_while_the_continue_is_armed_gets_nothing_typed_over(world: World, terminal: str):
+    """Armed for reset + 10 s; a human types a line into the tab before that instant: the screen is not the one
+    the send was decided on, so nothing is typed; the tab is planned again from its new screen (a half-typed
+    line: left to its author, NeedsAttention), and no `continue` ever comes."""
+    use_mode(world, terminal)
+    world.settings = world.settings.model_copy(update={"resume_margin_s": 10.0, "resume_prepare_s": 8.0})
+    world.start_operator()
+    await claude_box(world, 8.0)
+    await streaming(world, terminal)
+    journal = await eventually(lambda: armed_journal(world), 40, what="the continue armed")
+    not_before = datetime.fromisoformat(journal["notBefore"].replace("Z", "+00:00")).timestamp()
+    assert time.time() < not_before - 3
+    world.tmux("box-a", "send-keys", "-t", "=agentbox:main", "-l", "fix the parser and")
+    await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "NeedsAttention", 30,
+                     what="the draft left to its author")
+    await eventually(lambda: time.time() > not_before + 2, 20, what="the armed instant passed")
+    assert submits(world, "box-a", "main") == [], "nothing was sent"
+    screen = world.screen("box-a", "main")
+    assert "fix the parser and" in screen and "continue" not in screen
+    assert "journal" not in tab_status(world, "box-a", "main")
+    assert "PromptNotEmpty" in [e["reason"] for e in world.events("box-a")]
+
+
+@pytest.mark.parametrize("terminal", MODES)
+async def test_codex_restart_armed_runs_during_the_margin_and_enters_at_the_instant(world: World, terminal: str):
+    """Codex armed (margin 10 s, prepare 8 s): the restart (Ctrl-C twice, `codex resume --last`, await the agent)
+    runs during the margin once the usage read confirmed the reset; only the Enter waits for `notBefore`."""
+    use_mode(world, terminal)
+    world.settings = world.settings.model_copy(update={"resume_margin_s": 10.0, "resume_prepare_s": 8.0})
+    world.start_operator()
+    lead = 8.0
+    if math.ceil(time.time() + lead) % 60 < 3:
+        lead += 3
+    reset = await codex_box(world, lead)
+    await streaming(world, terminal)
+    journal = await eventually(lambda: armed_journal(world), 40, what="the restart armed")
+    not_before = datetime.fromisoformat(journal["notBefore"].replace("Z", "+00:00")).timestamp()
+    assert not_before == reset + 10 and journal["action"] == "RestartAndContinue"
+    await eventually(lambda: submits(world, "box-a", "main"), 40, what="continue")
+    log = world.agent_log("box-a", "main")
+    exit_at = next(e["t"] for e in log if e["event"] == "exit")
+    submit_at = next(e["t"] for e in log if e["event"] == "submit")
+    assert reset <= exit_at < not_before, "restarted after the reset, during the margin"
+    assert not_before <= submit_at < not_before + 3, "Enter at the armed instant"
+    await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "Working", 15, what="Working")
+    assert submits(world, "box-a", "main") == ["continue"]
+    assert [e["argv"] for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 from typing import Any
 
@@ -10,6 +12,7 @@ import kopf
 from controller.handlers.registry import REGISTRY
 
 from controller import constants as C
+from controller import heap
 from controller.kube.aexec import AsyncExec
 from controller.kube.cluster import load_configuration
 from controller.kube.objects import Kube
@@ -26,7 +29,8 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup(registry=REGISTRY)
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
-    """Configure kopf and build the shared Runtime (unless a test put one in `memo`)."""
+    """Configure kopf and build the shared Runtime (unless a test put one in `memo`); tune the garbage
+    collector (`controller.heap`: young-generation threshold, the periodic freeze)."""
     settings.persistence.finalizer = C.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=C.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -66,6 +70,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
                            events=Recorder(kube, notifier, clock, refresh_s=ops.event_refresh_s,
                                            quiet_s=ops.event_quiet_s))
     memo.reader = reader
+    memo.gc_before = heap.tune(ops.gc_gen0_threshold)
+    if ops.gc_freeze_period_s > 0:
+        memo.gc_task = asyncio.get_running_loop().create_task(
+            heap.refreeze_every(ops.gc_freeze_period_s, min(60.0, ops.gc_freeze_period_s)))
     if ops.metrics_port and not getattr(memo, "no_metrics", False):
         from prometheus_client import start_http_server
 
@@ -77,7 +85,14 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
 
 @kopf.on.cleanup(registry=REGISTRY)
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    """Close the HTTP sessions: the usage reader's, the Kubernetes API's (REST and exec), the notifier's."""
+    """Close the HTTP sessions: the usage reader's, the Kubernetes API's (REST and exec), the notifier's; put
+    the garbage collector back as it was."""
+    task = getattr(memo, "gc_task", None)
+    if task is not None:
+        task.cancel()
+    before = getattr(memo, "gc_before", None)
+    if before is not None:
+        gc.set_threshold(*before)
     reader = getattr(memo, "reader", None)
     if reader is not None:
         await reader.close()

@@ -1,0 +1,77 @@
+"""controller.heap: the garbage collector's young threshold and the periodic full collection + freeze."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+
+import pytest
+
+from controller import heap
+
+
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: "Node | None" = None
+
+
+@pytest.mark.unit
+def test_tune_sets_the_young_threshold_only_and_returns_the_previous() -> None:
+    before = gc.get_threshold()
+    try:
+        assert heap.tune(12345) == before
+        assert gc.get_threshold() == (12345, before[1], before[2])
+        heap.tune(0)
+        assert gc.get_threshold()[0] == 12345, "0 keeps what is set"
+    finally:
+        gc.set_threshold(*before)
+
+
+@pytest.mark.unit
+def test_a_cycle_frozen_while_alive_is_collected_by_the_next_refreeze() -> None:
+    """A deleted box's watcher is alive at one freeze and garbage by the next: the next period collects it
+    (a freeze without the unfreeze would keep it for good)."""
+    try:
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        ref = weakref.ref(a)
+        frozen, took = heap.refreeze()
+        assert frozen > 0 and took >= 0 and gc.get_freeze_count() == frozen
+        del a, b
+        gc.collect()
+        assert ref() is not None, "frozen: out of the automatic collections' reach"
+        heap.refreeze()
+        assert ref() is None
+    finally:
+        gc.unfreeze()
+
+
+@pytest.mark.unit
+async def test_the_periodic_freeze_runs_and_unfreezes_when_cancelled() -> None:
+    try:
+        task = asyncio.ensure_future(heap.refreeze_every(3600.0, 0.0))
+        while not gc.get_freeze_count():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+
+
+@pytest.mark.component
+async def test_the_operator_tunes_the_collector_and_puts_it_back(tmp_path) -> None:
+    from harness.world_fixtures import FAST
+
+    from agentbox_sim.world import World, eventually
+
+    before = gc.get_threshold()
+    async with World(tmp_path / "world", FAST.model_copy(update={"gc_gen0_threshold": 4321})) as world:
+        world.start_operator()
+        await eventually(lambda: gc.get_threshold()[0] == 4321, 10, what="threshold set at startup")
+        await world.stop_operator()
+        assert gc.get_threshold() == before
