@@ -47,7 +47,8 @@ class Runtime:
         box_changes: per box (namespace, name) how many times a human changed what a decision of its tab
             watcher rests on (its spec, a resume annotation, its pod gone, the box deleted): `box_changed`.
             An armed continue waiting for its instant is cancelled when it moves (`service.executor`).
-        daemon_uids: per box (namespace, name) the uid of the newest tab watcher daemon: what is kept by name
+        daemon_uids: per box (namespace, name), and per Subscription ("subscriptions/<namespace>", name), the
+            uid of the newest daemon of that name (tab watcher, usage reader): what is kept by name
             (wakeups, interests, box_changes, the status writer, metric series) is dropped only by it, never by
             an older daemon of a deleted box of the same name that ends after the re-created box's started.
     """
