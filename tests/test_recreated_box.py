@@ -1,5 +1,5 @@
-"""A box (or Subscription) deleted and re-created under the same name is another object (another uid) with its own tab watcher
-daemon (kopf keys daemons by uid), which may start before the old daemon ends (the old one may sit in a long
+"""A box (or Subscription) deleted and re-created under the same name is another object (another uid) with its
+own daemon (kopf keys daemons by uid), which may start before the old daemon ends (the old one may sit in a long
 pass: a restart, a verification wait, an exec timing out). What is kept by name (the wake-up, the interests,
 the human-change count, the status writer) must stay the new box's when the old daemon ends."""
 
