@@ -190,6 +190,9 @@ class TabJournal(_Model):
     not_before: Instant | None = Field(None, description="An armed continue: its Enter is never pressed before this "
                                        "instant, the resume instant (UTC RFC 3339, rounded up to the second); the "
                                        "steps before it may run earlier. Absent: no wait.")
+    pod: str | None = Field(None, max_length=64, description="UID of the pod whose tab the action types into; a "
+                            "journal found with another pod under the box (deleted or replaced since) is abandoned, "
+                            "never completed in the new pod.")
 
 
 TabStateName = Literal["Working", "Idle", "RateLimited", "AwaitingInput", "Resuming", "NeedsAttention", "Unknown"]

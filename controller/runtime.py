@@ -44,6 +44,13 @@ class Runtime:
         pods: the box pods as the pod watch delivered them (`controller.service.podcache.WatchedPods`).
         presence: which AgentBoxes and Subscriptions exist as their watch said, for the daemons' existence
             check (`controller.service.presence.Presence`).
+        box_changes: per box (namespace, name) how many times a human changed what a decision of its tab
+            watcher rests on (its spec, a resume annotation, its pod gone, the box deleted): `box_changed`.
+            An armed continue waiting for its instant is cancelled when it moves (`service.executor`).
+        daemon_uids: per box (namespace, name), and per Subscription ("subscriptions/<namespace>", name), the
+            uid of the newest daemon of that name (tab watcher, usage reader): what is kept by name
+            (wakeups, interests, box_changes, the status writer, metric series) is dropped only by it, never by
+            an older daemon of a deleted box of the same name that ends after the re-created box's started.
     """
 
     settings: Settings
@@ -57,6 +64,8 @@ class Runtime:
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     interests: dict[tuple[str, str], tuple[str, str | None]] = field(default_factory=dict)
     status_writers: dict[tuple[str, str, str], StatusWriter] = field(default_factory=dict)
+    box_changes: dict[tuple[str, str], int] = field(default_factory=dict)
+    daemon_uids: dict[tuple[str, str], str | None] = field(default_factory=dict)
     sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
     logins: SharedLogins = field(default_factory=SharedLogins)
     pods: WatchedPods = field(default_factory=WatchedPods)
@@ -74,3 +83,10 @@ class Runtime:
     def wakeup(self, namespace: str, name: str) -> asyncio.Event:
         """The wake-up Event of one box (created on first use)."""
         return self.wakeups.setdefault((namespace, name), asyncio.Event())
+
+    def box_changed(self, namespace: str, name: str) -> None:
+        """A box's spec or resume annotations changed, its pod went or the box was deleted: count it in
+        `box_changes` and wake its tab watcher."""
+        key = (namespace, name)
+        self.box_changes[key] = self.box_changes.get(key, 0) + 1
+        self.wakeup(namespace, name).set()

@@ -228,7 +228,8 @@ class Performed:
         argv: the restart argv typed at the shell (the adapter's), () when none.
         keys: the interrupt keys pressed (the adapter's), () when none.
         screen_changed: nothing was sent: right before the first key the tab's screen was not the one the
-            decision was made on (`expect`: the agent moved by itself, a human typed, a menu opened).
+            decision was made on (`expect`: the agent moved by itself, a human typed, a menu opened), or the
+            box changed while an armed send waited to type (its spec, a resume annotation, its pod).
         entered_at: when Enter was pressed (UTC), None when it was not.
         held: the text was typed but Enter was not pressed: right before an armed Enter the tab's screen was
             no longer the one after the typing (a human typed after it, the agent moved). The journal stays

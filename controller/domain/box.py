@@ -43,7 +43,7 @@ from controller.domain.actions import (  # noqa: F401 - the action types are par
 from controller.domain.podheal import decide_pod
 from controller.domain.podstate import ContainerView
 from controller.domain.resume import (
-    Action as PlanAction, Journal, JournalAction, Phase, ResumeConfig, Step, TabPlan, TabRecord, after_usage,
+    MAX_ARMED_S, Action as PlanAction, Journal, JournalAction, Phase, ResumeConfig, Step, TabPlan, TabRecord, after_usage,
     limit_key, next_pass_in, plan_tab, recovery_step, stall_plan, start_journal, usage_verdict,
 )
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
@@ -418,9 +418,12 @@ def journal_from_status(data: Any) -> Journal | None:
         not_before = parse_time(data.get("notBefore"))
         if data.get("notBefore") is not None and not_before is None:
             return None  # an armed send whose instant cannot be read: never sent early
+        if not_before is not None and (not_before - started).total_seconds() > MAX_ARMED_S:
+            return None  # an instant this controller never arms (years away): never waited for
+        pod = data.get("pod")
         return Journal(JournalAction(data.get("action")), Step(data.get("step")), started, step_at,
                        data.get("forKey"), data.get("text"), int(data.get("recoveries") or 0),
-                       not_before=not_before)
+                       not_before=not_before, pod=pod if isinstance(pod, str) and pod else None)
     except (ValueError, TypeError):
         return None
 
@@ -435,7 +438,7 @@ def journal_to_status(journal: Journal | None) -> dict[str, Any] | None:
         not_before = not_before.replace(microsecond=0) + timedelta(seconds=1)
     out = {"action": journal.action.value, "step": journal.step.value, "startedAt": rfc3339(journal.started_at),
            "stepAt": rfc3339(journal.step_at), "forKey": journal.for_key, "text": journal.text,
-           "recoveries": journal.recoveries or None, "notBefore": rfc3339(not_before)}
+           "recoveries": journal.recoveries or None, "notBefore": rfc3339(not_before), "pod": journal.pod}
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -634,10 +637,16 @@ class _Pass:
         det = tab.detection
         return not (det.state == TabState.AWAITING_INPUT or det.prompt_text)
 
+    @property
+    def pod_uid(self) -> str | None:
+        """The uid of the box pod this pass observed (None: not known)."""
+        facts = self.obs.pod_facts
+        return facts.uid if facts is not None and facts.uid else None
+
     def resume_journal(self, for_key: str | None) -> Journal:
         box = self.obs.box
         action = JournalAction.RESTART if box.restarts else JournalAction.CONTINUE
-        return start_journal(action, self.now, for_key, box.continue_text)
+        return start_journal(action, self.now, for_key, box.continue_text, pod=self.pod_uid)
 
 
 def decide(obs: Observation, memory: Memory, now: datetime, cfg: DecideConfig | None = None) -> BoxDecision:
@@ -1148,7 +1157,8 @@ def _plan_tabs(p: _Pass, dets: dict[str, Detection], annotations: Mapping[str, s
         p.records[tab.name] = plan.record
         p.wake[tab.name] = min((w for w in (plan.wake_at, stall_at) if w is not None), default=None)
         if plan.action == PlanAction.ANSWER_MENU and plan.menu_choice is not None:
-            journal = start_journal(JournalAction.ANSWER_MENU, p.now, plan.record.limit_key, str(plan.menu_choice))
+            journal = start_journal(JournalAction.ANSWER_MENU, p.now, plan.record.limit_key, str(plan.menu_choice),
+                                    pod=p.pod_uid)
             p.records[tab.name] = replace(plan.record, journal=journal)
             menus.append((tab, RunJournal(tab.name, tab.pane, journal, "menu"), plan))
         elif plan.action == PlanAction.CHECK_USAGE:
@@ -1192,7 +1202,7 @@ def _recover(p: _Pass, tab: TabView, rec: TabRecord, det: Detection) -> tuple[Ru
     return the action that completes it (with what it was and why)."""
     journal = rec.journal
     assert journal is not None
-    verdict = recovery_step(journal, det, tab.at_shell, tab.last_input_at)
+    verdict = recovery_step(journal, det, tab.at_shell, tab.last_input_at, p.pod_uid, p.now)
     settle = p.now + timedelta(seconds=p.cfg.resume.settle_s)
     what = _WHAT[journal.action]
     p.count("JOURNAL_RECOVERIES", journal.action.value, journal.step.value, verdict.outcome)
@@ -1337,8 +1347,8 @@ def _resume_due(p: _Pass, due: list[TabView]) -> None:
             # typed, a menu opened). Back to the plan before the read; the next pass plans from the new screen.
             p.count("RESUMES", "$ns", "$name", box.agent, "screen_changed")
             p.records[tab.name] = replace(before, journal=None, message=(
-                "The screen changed before the armed continue was typed (the agent moved, a human typed or a "
-                "menu opened); nothing was sent; planning again"))
+                "The screen or the box changed before the armed continue was typed (the agent moved, a human "
+                "typed, a menu opened, the box's spec or annotations changed); nothing was sent; planning again"))
             p.wake[tab.name] = p.now
             continue
         if res.held:

@@ -516,6 +516,13 @@ STEPS: dict[JournalAction, tuple[Step, ...]] = {
 MAX_RECOVERIES = 3
 """Restarts that may each pick up the same journal before it is given to a human."""
 
+MAX_ARMED_S = 120.0
+"""Most seconds between a journal's start and its `not_before`. An armed continue is written at most
+`prepare_s` (at most 60 s, `ResumeConfig`) before its instant, plus the rounding up to the second in status;
+a `notBefore` further away was not written by this controller (status edited, a clock gone wrong) and is
+refused, both from its own `startedAt` (`controller.domain.box.journal_from_status`) and from the instant
+of the judgement (`recovery_step`): the executor would wait for it and hold the box's watcher that long."""
+
 
 @dataclass(frozen=True)
 class Journal:
@@ -527,7 +534,10 @@ class Journal:
     continue text) or the menu digit; instants are UTC; `recoveries` counts restarts that resumed it.
     `not_before` (UTC) is set on an armed continue (`after_usage`): its Enter is never pressed before this
     instant, also when a restarted controller completes the journal (the steps before the Enter may be
-    performed earlier: the text is typed shortly before it, a restart runs at once).
+    performed earlier: the text is typed shortly before it, a restart runs at once). `pod` is the uid of
+    the pod whose tab the action types into (None: not known, a journal of an older controller): a journal
+    found with another pod under the box (deleted or replaced since: its agent and its screen are gone) is
+    never completed in the new pod (`recovery_step`).
     """
 
     action: JournalAction
@@ -538,6 +548,7 @@ class Journal:
     text: str | None = None
     recoveries: int = 0
     not_before: datetime | None = None
+    pod: str | None = None
 
     def at(self, step: Step, now: datetime) -> "Journal":
         """The journal advanced to `step` (written ahead of performing it)."""
@@ -550,9 +561,10 @@ class Journal:
 
 
 def start_journal(action: JournalAction, now: datetime, for_key: str | None, text: str | None,
-                  not_before: datetime | None = None) -> Journal:
-    """A new journal at the first step of `action` (`not_before`: its Enter waits for that instant)."""
-    return Journal(action, STEPS[action][0], now, now, for_key, text, not_before=not_before)
+                  not_before: datetime | None = None, pod: str | None = None) -> Journal:
+    """A new journal at the first step of `action` (`not_before`: its Enter waits for that instant; `pod`:
+    the uid of the pod it types into)."""
+    return Journal(action, STEPS[action][0], now, now, for_key, text, not_before=not_before, pod=pod)
 
 
 @dataclass(frozen=True)
@@ -571,7 +583,8 @@ class Recovery:
     attention: bool = False
 
 
-def recovery_step(journal: Journal, det: Detection, at_shell: bool, last_input_at: datetime | None) -> Recovery:
+def recovery_step(journal: Journal, det: Detection, at_shell: bool, last_input_at: datetime | None,
+                  pod: str | None = None, now: datetime | None = None) -> Recovery:
     """Judge by the screen which step of an unfinished `journal` to perform after a restart.
 
     Args:
@@ -579,14 +592,27 @@ def recovery_step(journal: Journal, det: Detection, at_shell: bool, last_input_a
         det: detection of the tab's screen now.
         at_shell: the pane's foreground process is a shell (the agent is not running).
         last_input_at: the last time a human typed in the tab (UTC) or None.
+        pod: the uid of the box pod the tab is in now (None: not known).
+        now: the instant of the judgement (UTC; None: not checked against `not_before`).
 
-    Rules: a human who typed after the step was written owns the tab (send nothing). Our own continue
+    Rules: a journal written for another pod (`journal.pod`: the pod was deleted or replaced since) is
+    abandoned: the tab of the same name in the new pod holds a fresh agent, not the one the action
+    answered, and a continue typed there would start a turn nobody asked for. A `not_before` more than
+    `MAX_ARMED_S` after `now` was not armed by this controller: abandoned (a human is asked), never waited
+    for. A human who typed after the step was written owns the tab (send nothing). Our own continue
     text still in the prompt gets its Enter - it is never a human's draft. An agent working again gets
     nothing. A Codex tab at the shell with a restart pending gets the restart. Any other text in the
     prompt is a human's draft: left intact, a human is asked. The step chosen does not depend on the
     journal's `not_before` (an armed continue): the action that performs it keeps the journal, and the
     executor never presses its Enter before that instant.
     """
+    if journal.pod and pod and journal.pod != pod:
+        return Recovery(None, "abandon", "the pod it was written for was deleted or replaced since; nothing is "
+                        "typed into the new pod's agent")
+    if journal.not_before is not None and now is not None and \
+            (journal.not_before - now).total_seconds() > MAX_ARMED_S:
+        return Recovery(None, "abandon", "its armed instant is further away than the controller ever arms; "
+                        "nothing is sent", attention=True)
     if journal.recoveries >= MAX_RECOVERIES:
         return Recovery(None, "abandon", f"{journal.action.value} was interrupted {journal.recoveries} times; "
                         "a human should look", attention=True)

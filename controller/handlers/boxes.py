@@ -22,7 +22,7 @@ from controller.service.tabs import BoxWatcher
 @kopf.on.resume(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
 @kopf.on.create(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
 @kopf.on.update(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
-async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def reconcile(body: kopf.Body, memo: kopf.Memo, reason: Any = None, **_: Any) -> None:
     """Create the box credentials Secret and pod; report status through the box's one status writer (shared
     with its tab watcher: fields and Ready in one patch, conditions merged by type); wake the tab watcher."""
     rt: Runtime = memo.runtime
@@ -33,7 +33,10 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     writer = box_writer(rt, body.metadata.namespace, body.metadata.name)
     writer.seen(body)
     await writer.write(outcome.status, outcome.conditions)
-    rt.wakeup(body.metadata.namespace, body.metadata.name).set()
+    if reason == kopf.Reason.UPDATE:  # a human changed the box (not the operator's start)
+        rt.box_changed(body.metadata.namespace, body.metadata.name)
+    else:
+        rt.wakeup(body.metadata.namespace, body.metadata.name).set()
     if outcome.retry_after:
         raise kopf.TemporaryError(outcome.events[-1][2] if outcome.events else "retrying", delay=outcome.retry_after)
 
@@ -55,15 +58,14 @@ async def box_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_:
     if event.get("type") == "DELETED":
         _asked.pop(key, None)
         forget_writer(rt, C.AGENTBOX_PLURAL, *key)
-        wake = rt.wakeups.get(key)
-        if wake is not None:
-            wake.set()
+        if key in rt.wakeups:
+            rt.box_changed(*key)
         return
     annotations = body.metadata.annotations or {}
     values = tuple(annotations.get(a) for a in _ASKED)
     if _asked.get(key, (None,) * len(_ASKED)) != values:
         _asked[key] = values
-        rt.wakeup(*key).set()
+        rt.box_changed(*key)
 
 
 @kopf.on.event("", "v1", "pods", id="box-pod-changed", labels={C.LABEL_BOX: kopf.PRESENT,
@@ -79,7 +81,7 @@ async def box_pod_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo
     phase = (body.get("status") or {}).get("phase")
     gone = event.get("type") == "DELETED" or body.metadata.deletion_timestamp or phase in ("Failed", "Succeeded")
     if box and gone:
-        memo.runtime.wakeup(body.metadata.namespace, box).set()
+        memo.runtime.box_changed(body.metadata.namespace, box)
 
 
 @kopf.daemon(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="watch-tabs", cancellation_timeout=5.0, registry=REGISTRY)
@@ -90,15 +92,21 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     ns, name = body.metadata.namespace, body.metadata.name
 
     watcher = BoxWatcher(rt, ns, name, poster(memo, body))
+    # A box re-created under the same name is another object with its own daemon (kopf keys daemons by uid),
+    # which may start before this one ends: what is kept by name is dropped by the newest daemon only.
+    rt.daemon_uids[(ns, name)] = body.metadata.uid
     try:
         await run_passes(lambda: watcher.tick(dict(body)), rt.wakeup(ns, name), stopped,
                          rt.settings.scan_interval_s, logger, "Tab watch",
                          existence_check(rt, C.AGENTBOX_PLURAL, ns, name, body.metadata.uid))
     finally:  # what is kept about the box goes first: a cancelled aclose() must not skip it
-        rt.wakeups.pop((ns, name), None)
-        rt.interests.pop((ns, name), None)
+        if rt.daemon_uids.get((ns, name)) == body.metadata.uid:
+            rt.daemon_uids.pop((ns, name), None)
+            rt.wakeups.pop((ns, name), None)
+            rt.interests.pop((ns, name), None)
+            rt.box_changes.pop((ns, name), None)
+            forget_writer(rt, C.AGENTBOX_PLURAL, ns, name)
+            metrics.forget_box(ns, name)
         rt.presence.forget(C.AGENTBOX_PLURAL, ns, name, body.metadata.uid)
-        forget_writer(rt, C.AGENTBOX_PLURAL, ns, name)
-        metrics.forget_box(ns, name)
         rt.events.forget(ObjectRef.of(body))  # deleted, or the process stops: its Event memory goes too
         await watcher.aclose()

@@ -55,12 +55,16 @@ async def read_usage(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     ns, name = body.metadata.namespace, body.metadata.name
 
     reader = SubscriptionReader(rt, ns, name, poster(memo, body))
+    key = (C.SUBSCRIPTION_PLURAL + "/" + ns, name)
+    rt.daemon_uids[key] = body.metadata.uid  # a re-created Subscription's reader may start before this one ends
     try:
-        await run_passes(lambda: reader.tick(dict(body)), rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + ns, name), stopped,
+        await run_passes(lambda: reader.tick(dict(body)), rt.wakeup(*key), stopped,
                          rt.settings.usage_interval_s, logger, "Usage read",
                          existence_check(rt, C.SUBSCRIPTION_PLURAL, ns, name, body.metadata.uid))
     finally:
-        rt.wakeups.pop((C.SUBSCRIPTION_PLURAL + "/" + ns, name), None)
+        if rt.daemon_uids.get(key) == body.metadata.uid:  # only the newest reader drops the shared wake-up
+            rt.daemon_uids.pop(key, None)
+            rt.wakeups.pop(key, None)
+            forget_writer(rt, C.SUBSCRIPTION_PLURAL, ns, name)
+            metrics.forget_subscription(ns, name)
         rt.presence.forget(C.SUBSCRIPTION_PLURAL, ns, name, body.metadata.uid)
-        forget_writer(rt, C.SUBSCRIPTION_PLURAL, ns, name)
-        metrics.forget_subscription(ns, name)

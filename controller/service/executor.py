@@ -8,8 +8,10 @@ journal in status and completes it from the step it reached (`controller.domain.
 
 An armed continue (`SendContinue.not_before`, a journal's `not_before`) waits: its text is typed at
 `not_before` minus the send pause and `settings.resume_write_budget_s` (the Enter step's status write), and
-Enter is pressed at `max(not_before, typed + send pause)`, never before `not_before`. Right before the first
-key the screen is compared with the one the decision was made on (`expect`, `screen_digest`): a tab whose
+Enter is pressed at `max(not_before, typed + send pause)`, never before `not_before`. A wake-up of the box's
+watcher while it waits to type (the box's spec or a resume annotation changed, its pod went, the box was
+deleted, a screen changed on the stream) cancels it: nothing is typed and the next pass decides again. Right
+before the first key the screen is compared with the one the decision was made on (`expect`, `screen_digest`): a tab whose
 screen differs gets nothing (`Performed.screen_changed`). The comparison is the decision's condition, checked
 mechanically; on the live stream the screen comes from the stream's cache when tmux reported no output since.
 """
@@ -84,6 +86,8 @@ class Executor:
         self.written: dict[str, TabRecord] = {}   # records whose journal was written ahead
         self._status: BoxStatus | None = None
         self._tab_ids: Mapping[str, str] = {}
+        changes = getattr(rt, "box_changes", None)
+        self._changes = changes.get((namespace, name), 0) if isinstance(changes, dict) else 0  # at the pass's start
 
     # ------------------------------------------------------------------ one decision
     async def run(self, decision: BoxDecision) -> None:
@@ -280,6 +284,43 @@ class Executor:
                 return
             await asyncio.sleep(left + 0.0005)
 
+    async def _armed_wait(self, at: datetime | None) -> bool:
+        """Wait until `at` (UTC) as `_until`, unless a human changes the box meanwhile (`Runtime.box_changes`
+        moved since this executor's pass began: its spec or a resume annotation changed, its pod went, the box
+        was deleted): then return True at once, and the armed send types nothing (the decision it performs is
+        stale; the next pass, which the change's wake-up starts at once, decides again). Other wake-ups (a
+        screen or the stream on the live stream, a Subscription) do not cancel it; they are kept for the next
+        pass. `at` None (nothing to wait for): False at once."""
+        if at is None:
+            return False
+        wakeups, changes = getattr(self.rt, "wakeups", None), getattr(self.rt, "box_changes", None)
+        key = (self.namespace, self.name)
+        wake = wakeups.get(key) if isinstance(wakeups, dict) else None
+        if wake is None or not isinstance(changes, dict):
+            await self._until(at)
+            return False
+        woken = False
+        try:
+            for _ in range(1000):  # each round ends at `at` or at a wake-up (bounded: never a busy loop)
+                if changes.get(key, 0) != self._changes:
+                    return True
+                left = (at - self.rt.clock()).total_seconds()
+                if left <= 0:
+                    return False
+                if wake.is_set():
+                    woken = True
+                    wake.clear()
+                waiter = asyncio.ensure_future(wake.wait())
+                try:
+                    await asyncio.wait({waiter}, timeout=left + 0.0005)
+                finally:
+                    waiter.cancel()
+            await self._until(at)
+            return changes.get(key, 0) != self._changes
+        finally:
+            if woken or wake.is_set():
+                wake.set()  # kept for the next pass
+
     def _type_at(self, not_before: datetime | None) -> datetime | None:
         """When an armed continue's text is typed: `not_before` minus the send pause and the budget of the
         Enter step's status write, so that Enter can be pressed at `not_before`."""
@@ -293,13 +334,15 @@ class Executor:
         press Enter in all of them in a second call, then wait until each pane changed.
 
         Armed (`action.not_before`): typed at `_type_at`, Enter at `max(not_before, typed + pause)`. With
-        `action.expect`, a tab whose screen right before the typing is not the expected one gets nothing."""
+        `action.expect`, a tab whose screen right before the typing is not the expected one gets nothing; when
+        the box's watcher is woken while the send waits to type (`_armed_wait`), no tab gets anything."""
         term, text = self.term, action.text
         names = [name for name, _ in action.tabs]
         panes = dict(action.tabs)
-        await self._until(self._type_at(action.not_before))
         changed: set[str] = set()
-        if action.expect:
+        if await self._armed_wait(self._type_at(action.not_before)):
+            changed = set(names)  # the box changed while the send waited: nothing is typed
+        elif action.expect:
             screens = await term.capture_all([self.tabs[name] for name in names])
             changed = {name for name, want in zip(names, action.expect)
                        if screen_digest(screens.get(self.tabs[name].id, "")) != want}
@@ -358,8 +401,8 @@ class Executor:
         An armed journal (`journal.not_before`) types its text at `_type_at` and presses Enter at
         `max(not_before, typed + pause)`, never before `not_before`; the steps before them (a restart) run at
         once. `expect`: the digest of the screen the decision was made on, compared right before the first
-        key (after waiting for the first step's instant); a different screen sends nothing
-        (`Performed.screen_changed`).
+        key (after waiting for the first step's instant); a different screen, or a wake-up of the box's watcher
+        during that wait (`_armed_wait`), sends nothing (`Performed.screen_changed`).
 
         Raises whatever the exec or the status write raises; the journal then stays in status and the next
         pass (or a restarted controller) completes it from the step it reached.
@@ -384,7 +427,9 @@ class Executor:
         if expect:
             # The first key's instant: an armed text (or its Enter, the text typed before a restart) is checked
             # when the text would be typed; a restart's first key runs at once.
-            await self._until(self._type_at(not_before) if steps and steps[0] in (Step.TYPE, Step.ENTER) else None)
+            if await self._armed_wait(self._type_at(not_before) if steps and steps[0] in (Step.TYPE, Step.ENTER)
+                                      else None):
+                return Performed(tab, False, self.rt.clock(), None, False, text, argv, keys, screen_changed=True)
             # The screen as the decision saw it (`capture_all`, the stream's cache when nothing was printed);
             # a tab the pass did not read is never comparable: nothing is sent.
             view = self.tabs.get(tab)
