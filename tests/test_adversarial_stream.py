@@ -13,7 +13,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import kubernetes.client
 import pytest
 import pytest_asyncio
@@ -25,10 +24,10 @@ from agentbox_sim.world import eventually
 from controller.terminal import control, tmux
 from controller.terminal.control import ControlClient, ControlError
 from controller.terminal.stream import BoxStream
+from harness.kube_fixtures import running_pod
 
 pytestmark = pytest.mark.component
 
-PODS = "/api/v1/namespaces/default/pods"
 FAKE_TMUX = pathlib.Path(__file__).parent / "fixtures" / "fake_tmux.py"
 
 
@@ -56,20 +55,11 @@ def local_exec(sandbox_root: pathlib.Path, tmux_sockets: TmuxSockets) -> Hostile
     return handler
 
 
-async def _add_pod(kube: KubeEmulator, name: str) -> None:
-    async with aiohttp.ClientSession() as http:
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-               "spec": {"containers": [{"name": "box", "image": "x"}]}}
-        async with http.post(kube.url + PODS, json=pod) as resp:
-            assert resp.status == 201
-    await kube.set_pod_phase("default", name)
-
-
 @pytest_asyncio.fixture
 async def aexec(kube: KubeEmulator, k8s_client: kubernetes.client.ApiClient) -> AsyncIterator[AsyncExec]:
     client = AsyncExec(k8s_client.configuration)
     for pod in ("box", "evil"):
-        await _add_pod(kube, pod)
+        await running_pod(kube, pod)
         run = lambda *argv, pod=pod: client.run("default", pod, "box", list(argv))  # noqa: E731
         assert (await run("tmux", "new-session", "-d", "-s", "agentbox", "-x", "120", "-y", "30", "sh")).rc == 0
     try:

@@ -160,17 +160,10 @@ async def test_pod_replaced_while_the_controller_is_down_gets_no_continue_in_its
     fresh agent, idle at an empty prompt. The restarted controller finds the armed journal and a tab `main`
     again. Before: it completed the journal there ("'continue' was not typed yet"), typing `continue` into an
     agent that never hit a limit. The journal names its pod: abandoned in another pod."""
-    from tests.test_resume_faults import claude_box
+    from tests.test_resume_faults import armed_box
     from tests.test_resume_scenarios import submits
 
-    world.settings = world.settings.model_copy(update={"resume_margin_s": 10.0, "resume_prepare_s": 8.0})
-    world.start_operator()
-    lead = 8.0
-    if math.ceil(time.time() + lead) % 60 < 3:
-        lead += 3
-    reset = await claude_box(world, lead)
-    journal = await eventually(lambda: (_tab(world).get("journal") or {}).get("notBefore") and _tab(world)["journal"],
-                               40, what="the continue armed")
+    reset, journal, _ = await armed_box(world)
     first = _uid(world)
     assert journal.get("pod") == first, journal
     await world.kill_operator()
@@ -202,18 +195,10 @@ async def test_a_change_of_mind_while_armed_sends_nothing(world: World, change: 
     read only at the pass after. The wake-up the change makes (box-event / the reconcile) now cancels the armed
     send before its first key; the next pass reads the change."""
     from controller import constants as C
-    from tests.test_resume_faults import claude_box
+    from tests.test_resume_faults import armed_box
     from tests.test_resume_scenarios import submits
 
-    world.settings = world.settings.model_copy(update={"resume_margin_s": 10.0, "resume_prepare_s": 8.0})
-    world.start_operator()
-    lead = 8.0
-    if math.ceil(time.time() + lead) % 60 < 3:
-        lead += 3
-    await claude_box(world, lead)
-    journal = await eventually(lambda: (_tab(world).get("journal") or {}).get("notBefore") and _tab(world)["journal"],
-                               40, what="the continue armed")
-    not_before = datetime.fromisoformat(journal["notBefore"].replace("Z", "+00:00")).timestamp()
+    _, journal, not_before = await armed_box(world)
     assert time.time() < not_before - 3, "armed well before its instant"
     if change == "cancel-resume":
         await world.patch(world.box_path("box-a"), {"metadata": {"annotations": {C.ANNOTATION_CANCEL_RESUME: "true"}}})

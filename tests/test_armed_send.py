@@ -18,7 +18,6 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 
-import aiohttp
 import kubernetes.client
 import pytest
 import pytest_asyncio
@@ -32,10 +31,10 @@ from controller.terminal import tmux
 from controller.terminal.session import BoxTerminal
 from controller.terminal.stream import BoxStream, StreamTerminal
 from agentbox_sim.kube import KubeEmulator
+from harness.kube_fixtures import running_pod
 
 pytestmark = pytest.mark.component
 
-PODS = "/api/v1/namespaces/default/pods"
 PAUSE = 0.15
 BUDGET = 0.3
 LEAD = PAUSE + BUDGET
@@ -53,12 +52,7 @@ def crd_paths() -> list[Any]:
 async def box(kube: KubeEmulator, k8s_client: kubernetes.client.ApiClient,
               tmp_path: pathlib.Path) -> AsyncIterator[tuple[AsyncExec, pathlib.Path]]:
     """A pod whose tmux session `agentbox` has one tab `main` running the line-reading program."""
-    async with aiohttp.ClientSession() as http:
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "box"},
-               "spec": {"containers": [{"name": "box", "image": "x"}]}}
-        async with http.post(kube.url + PODS, json=pod) as resp:
-            assert resp.status == 201
-    await kube.set_pod_phase("default", "box")
+    await running_pod(kube, "box")
     client = AsyncExec(k8s_client.configuration)
     log = tmp_path / "received.log"
     started = await client.run("default", "box", "box", ["tmux", "new-session", "-d", "-s", "agentbox", "-n", "main",
@@ -172,6 +166,15 @@ def enter_steps(flushes: list[tuple[float, Any]]) -> list[float]:
     return [t for t, tabs in flushes for tab in tabs or [] if (tab.get("journal") or {}).get("step") == "Enter"]
 
 
+def armed_send(main: tmux.Tab, screen: str, in_s: float) -> tuple[datetime, Any, SendContinue]:
+    """A continue armed `in_s` seconds from now for the tab `main` decided on `screen`: (not_before, its journal
+    written ahead, the action)."""
+    not_before = datetime.now(timezone.utc) + timedelta(seconds=in_s)
+    journal = start_journal(JournalAction.CONTINUE, datetime.now(timezone.utc), "k", "continue", not_before=not_before)
+    return not_before, journal, SendContinue((("main", main.pane_id),), "continue", not_before=not_before,
+                                             expect=(screen_digest(screen),))
+
+
 MODES = ["poll", "stream"]
 
 
@@ -180,12 +183,8 @@ async def test_armed_continue_enter_lands_at_not_before(box, mode: str):
     client, log = box
     term, stream, rec, main, screen = await setup(client, mode)
     try:
-        not_before = datetime.now(timezone.utc) + timedelta(seconds=2)
+        not_before, journal, action = armed_send(main, screen, 2)
         nb = not_before.timestamp()
-        journal = start_journal(JournalAction.CONTINUE, datetime.now(timezone.utc), "k", "continue",
-                                not_before=not_before)
-        action = SendContinue((("main", main.pane_id),), "continue", not_before=not_before,
-                              expect=(screen_digest(screen),))
         flushes: list[tuple[float, Any]] = []
         ex = executor(term, main, flushes)
         await ex.run(decision(action, journal))
@@ -208,11 +207,7 @@ async def test_screen_changed_since_the_decision_gets_nothing(box, mode: str):
     client, log = box
     term, stream, rec, main, screen = await setup(client, mode)
     try:
-        not_before = datetime.now(timezone.utc) + timedelta(seconds=1)
-        journal = start_journal(JournalAction.CONTINUE, datetime.now(timezone.utc), "k", "continue",
-                                not_before=not_before)
-        action = SendContinue((("main", main.pane_id),), "continue", not_before=not_before,
-                              expect=(screen_digest(screen),))
+        not_before, journal, action = armed_send(main, screen, 1)
         # A human types after the decision (outside the executor's terminal).
         assert (await client.run("default", "box", "box", tmux.send_text_argv(main.pane_id, "hello"))).rc == 0
 
@@ -282,11 +277,7 @@ async def test_a_human_typing_after_our_text_holds_the_armed_enter(box, mode: st
     client, log = box
     term, stream, rec, main, screen = await setup(client, mode)
     try:
-        not_before = datetime.now(timezone.utc) + timedelta(seconds=3)
-        journal = start_journal(JournalAction.CONTINUE, datetime.now(timezone.utc), "k", "continue",
-                                not_before=not_before)
-        action = SendContinue((("main", main.pane_id),), "continue", not_before=not_before,
-                              expect=(screen_digest(screen),))
+        not_before, journal, action = armed_send(main, screen, 3)
         flushes: list[tuple[float, Any]] = []
         ex = executor(term, main, flushes)
         ex.rt.settings = ex.rt.settings.model_copy(update={"resume_write_budget_s": 1.5})

@@ -20,6 +20,7 @@ import pytest_asyncio
 from controller.kube.aexec import V4_PROTOCOL, AsyncExec, ExecStream
 from controller.kube.exec import ExecError, ExecResult
 from agentbox_sim.kube import KubeEmulator
+from harness.kube_fixtures import running_pod
 
 PODS = "/api/v1/namespaces/default/pods"
 
@@ -31,12 +32,7 @@ def crd_paths() -> list[Any]:
 
 @pytest_asyncio.fixture
 async def box(kube: KubeEmulator) -> str:
-    async with aiohttp.ClientSession() as http:
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "box"},
-               "spec": {"containers": [{"name": "box", "image": "x"}]}}
-        async with http.post(kube.url + PODS, json=pod) as resp:
-            assert resp.status == 201
-    await kube.set_pod_phase("default", "box")
+    await running_pod(kube, "box")
     return "box"
 
 

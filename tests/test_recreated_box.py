@@ -32,15 +32,10 @@ async def until(probe, timeout: float = 5.0) -> None:
             await asyncio.sleep(0.01)
 
 
-async def test_the_old_daemon_ending_late_leaves_the_new_box_its_wake_up(monkeypatch):
-    from kopf._cogs.aiokits.aioenums import FlagSetter
-
-    passes: dict[str, int] = {"old": 0, "new": 0}
-    gate = asyncio.Event()
-
-    class Watcher:
-        """Stands for BoxWatcher: counts passes; the old box's first pass lasts until `gate`."""
-
+def stand_in(passes: dict[str, int], gate: asyncio.Event) -> type:
+    """Stands for a daemon's pass runner (BoxWatcher, SubscriptionReader): counts the passes per object uid; the
+    old object's first pass lasts until `gate`."""
+    class StandIn:
         def __init__(self, rt: Any, namespace: str, name: str, post: Any) -> None:
             pass
 
@@ -53,8 +48,16 @@ async def test_the_old_daemon_ending_late_leaves_the_new_box_its_wake_up(monkeyp
 
         async def aclose(self) -> None:
             pass
+    return StandIn
 
-    monkeypatch.setattr(boxes, "BoxWatcher", Watcher)
+
+async def test_the_old_daemon_ending_late_leaves_the_new_box_its_wake_up(monkeypatch):
+    from kopf._cogs.aiokits.aioenums import FlagSetter
+
+    passes: dict[str, int] = {"old": 0, "new": 0}
+    gate = asyncio.Event()
+
+    monkeypatch.setattr(boxes, "BoxWatcher", stand_in(passes, gate))
     rt = Runtime(settings=Settings(metrics_port=0), kube=SimpleNamespace(), usage=None)
     memo = SimpleNamespace(runtime=rt)
     log = logging.getLogger("t")
@@ -100,16 +103,7 @@ async def test_the_old_usage_reader_ending_late_leaves_the_new_subscription_its_
     passes: dict[str, int] = {"old": 0, "new": 0}
     gate = asyncio.Event()
 
-    class Reader:
-        def __init__(self, rt: Any, namespace: str, name: str, post: Any) -> None:
-            pass
-
-        async def tick(self, body: dict[str, Any]) -> float:
-            uid = body["metadata"]["uid"]
-            passes[uid] += 1
-            if uid == "old" and passes[uid] == 1:
-                await gate.wait()
-            return 3600.0
+    Reader = stand_in(passes, gate)
 
     def sub_body(uid: str) -> kopf.Body:
         return kopf.Body({"apiVersion": f"{C.GROUP}/{C.VERSION}", "kind": "Subscription",

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from controller.domain.box import (
-    BLOCKING, Count, DecideConfig, Memory, Performed, ReadUsage, RunJournal, SendContinue, UsageRead, decide,
+    Count, DecideConfig, Memory, Performed, ReadUsage, RunJournal, SendContinue, UsageRead,
     memory_from_status, record_to_status, screen_digest,
 )
 from controller.domain.resume import (
@@ -23,7 +23,7 @@ from controller.domain.resume import (
     usage_verdict,
 )
 from controller.domain.types import Detection, LimitKind, TabState, Usage, Window
-from harness.decide_cases import CODEX, IDLE, events, limited, observe, ok, sub, tab, usage
+from harness.decide_cases import CODEX, IDLE, events, limited, observe, ok, run, sub, tab, usage
 
 pytestmark = pytest.mark.unit
 
@@ -51,21 +51,9 @@ def answers(now: datetime, percent: float = 20.0, resets: datetime | None = None
 
 
 def run_at(obs, mem: Memory, now: datetime, cfg: DecideConfig, respond=None):
-    """One pass as the watcher runs it (blocking results fed back); returns (decision, steps)."""
-    respond = respond or answers(now)
-    results: dict = {}
-    steps = []
-    for _ in range(12):
-        d = decide(replace(obs, results=dict(results)), mem, now, cfg)
-        if steps:  # the replay rule the executor checks
-            assert d.actions[:len(steps[-1].actions)] == steps[-1].actions
-        steps.append(d)
-        if d.complete:
-            return d, steps
-        for a in d.actions:
-            if isinstance(a, BLOCKING) and a not in results:
-                results[a] = respond(a)
-    raise AssertionError("never completed")
+    """One pass as the watcher runs it (blocking results fed back, the replay rule checked); returns
+    (decision, steps)."""
+    return run(obs, mem, respond or answers(now), now, cfg=cfg)
 
 
 def detected(cfg: DecideConfig = ARMED) -> Memory:

@@ -294,6 +294,24 @@ def armed_journal(world: World) -> dict | None:
     return journal if journal.get("notBefore") else None
 
 
+async def armed_box(world: World, make_box=None, terminal: str | None = None) -> tuple[float, dict, float]:
+    """The shipped timing (margin 10 s, prepare 8 s), the operator started, box `box-a` (`make_box`, default
+    `claude_box`) limited until a reset about 8 s away, and its continue armed. The screen prints the reset to the
+    minute; a reset 3 s or more into its minute is learnt exactly from the usage API at the first read
+    (ResetNotYet), so the armed instant is exactly the reset + the margin. Returns (reset, the armed journal,
+    its `notBefore` as a Unix time)."""
+    world.settings = world.settings.model_copy(update={"resume_margin_s": 10.0, "resume_prepare_s": 8.0})
+    world.start_operator()
+    lead = 8.0
+    if math.ceil(time.time() + lead) % 60 < 3:
+        lead += 3
+    reset = await (make_box or claude_box)(world, lead)
+    if terminal is not None:
+        await streaming(world, terminal)
+    journal = await eventually(lambda: armed_journal(world), 40, what="the continue armed")
+    return reset, journal, datetime.fromisoformat(journal["notBefore"].replace("Z", "+00:00")).timestamp()
+
+
 @pytest.mark.parametrize("terminal", MODES)
 @pytest.mark.parametrize("how", ["kill", "stop"])
 async def test_controller_stopped_while_a_continue_is_armed_sends_it_once_not_before_its_instant(
@@ -303,17 +321,7 @@ async def test_controller_stopped_while_a_continue_is_armed_sends_it_once_not_be
     (as SIGKILL) or stopped (kopf's graceful stop cancels the waiting pass) while armed and started again: the
     tab gets exactly one `continue`, never before the armed instant, completed from the journal."""
     use_mode(world, terminal)
-    world.settings = world.settings.model_copy(update={"resume_margin_s": 10.0, "resume_prepare_s": 8.0})
-    world.start_operator()
-    # The screen prints the reset to the minute; a reset 3 s or more into its minute is learnt exactly from the
-    # usage API at the first read (ResetNotYet), so the armed instant is exactly the reset + the margin.
-    lead = 8.0
-    if math.ceil(time.time() + lead) % 60 < 3:
-        lead += 3
-    reset = await claude_box(world, lead)
-    await streaming(world, terminal)
-    journal = await eventually(lambda: armed_journal(world), 40, what="the continue armed")
-    not_before = datetime.fromisoformat(journal["notBefore"].replace("Z", "+00:00")).timestamp()
+    reset, journal, not_before = await armed_box(world, terminal=terminal)
     assert not_before == reset + 10, "armed for the reset + margin"
     assert time.time() < not_before - 3, "armed well before its instant"
     assert journal["step"] == "Type" and submits(world, "box-a", "main") == []
@@ -372,15 +380,7 @@ async def test_codex_restart_armed_runs_during_the_margin_and_enters_at_the_inst
     """Codex armed (margin 10 s, prepare 8 s): the restart (Ctrl-C twice, `codex resume --last`, await the agent)
     runs during the margin once the usage read confirmed the reset; only the Enter waits for `notBefore`."""
     use_mode(world, terminal)
-    world.settings = world.settings.model_copy(update={"resume_margin_s": 10.0, "resume_prepare_s": 8.0})
-    world.start_operator()
-    lead = 8.0
-    if math.ceil(time.time() + lead) % 60 < 3:
-        lead += 3
-    reset = await codex_box(world, lead)
-    await streaming(world, terminal)
-    journal = await eventually(lambda: armed_journal(world), 40, what="the restart armed")
-    not_before = datetime.fromisoformat(journal["notBefore"].replace("Z", "+00:00")).timestamp()
+    reset, journal, not_before = await armed_box(world, codex_box, terminal)
     assert not_before == reset + 10 and journal["action"] == "RestartAndContinue"
     await eventually(lambda: submits(world, "box-a", "main"), 40, what="continue")
     log = world.agent_log("box-a", "main")

@@ -7,7 +7,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import kubernetes.client
 import pytest
 import pytest_asyncio
@@ -18,8 +17,8 @@ from agentbox_sim.kube import KubeEmulator
 from controller.terminal import control, tmux
 from controller.terminal.control import ControlClient, ControlError
 from controller.terminal.stream import BoxStream, StreamTerminal
+from harness.kube_fixtures import running_pod
 
-PODS = "/api/v1/namespaces/default/pods"
 
 
 @pytest.fixture
@@ -29,12 +28,7 @@ def crd_paths() -> list[Any]:
 
 @pytest_asyncio.fixture
 async def aexec(kube: KubeEmulator, k8s_client: kubernetes.client.ApiClient) -> AsyncIterator[AsyncExec]:
-    async with aiohttp.ClientSession() as http:
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "box"},
-               "spec": {"containers": [{"name": "box", "image": "x"}]}}
-        async with http.post(kube.url + PODS, json=pod) as resp:
-            assert resp.status == 201
-    await kube.set_pod_phase("default", "box")
+    await running_pod(kube, "box")
     client = AsyncExec(k8s_client.configuration)
     run = lambda *argv: client.run("default", "box", "box", list(argv))  # noqa: E731
     assert (await run("tmux", "new-session", "-d", "-s", "agentbox", "-x", "120", "-y", "30", "sh")).rc == 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 from controller import constants as C
 from controller.kube.rest import MERGE_PATCH, KubeApiError, Rest, path_of
@@ -75,6 +75,18 @@ def _controller_uid(obj: dict[str, Any]) -> tuple[str | None, str]:
         if ref.get("controller") is True:
             return ref.get("uid"), ref.get("name") or "?"
     return None, "?"
+
+
+def identity(obj: Any) -> tuple[str, str, str] | None:
+    """(namespace, name, uid) of an object as a watch event delivered it, or None when it is not a mapping or
+    any of the three is missing or not a string (a watch event is read, never trusted to be well-formed)."""
+    if not isinstance(obj, Mapping):
+        return None
+    meta = obj.get("metadata") or {}
+    ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+    if not (isinstance(ns, str) and isinstance(name, str) and isinstance(uid, str)):
+        return None
+    return ns, name, uid
 
 
 def child_labels(box_name: str) -> dict[str, str]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from controller.kube.objects import identity
+
 
 def _newer(a: str, b: str) -> bool:
     """resourceVersion `a` is newer than `b` (integers where both are; else `a` is taken as newer: the
@@ -39,12 +41,11 @@ class WatchedPods:
         """One watch event of a box pod: `event_type` ADDED | MODIFIED | DELETED (None: kopf's initial
         listing), `obj` the pod as the API server sent it. An event older than the stored body (a lower
         resourceVersion of the same pod uid) is ignored."""
-        if not isinstance(obj, Mapping):
+        ident = identity(obj)
+        if ident is None:
             return
-        meta = obj.get("metadata") or {}
-        ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
-        if not (isinstance(ns, str) and isinstance(name, str) and isinstance(uid, str)):
-            return
+        ns, name, uid = ident
+        meta = obj["metadata"]  # type: ignore[index] - identity() read it
         self.events += 1
         key = (ns, name)
         if event_type == "DELETED":

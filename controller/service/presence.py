@@ -20,6 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
+from controller.kube.objects import identity
+
 Key = tuple[str, str, str]
 """(plural, namespace, name)."""
 
@@ -44,12 +46,10 @@ class Presence:
     def observe(self, plural: str, event_type: str | None, obj: Mapping[str, Any] | None) -> None:
         """One watch event of `plural`: `event_type` ADDED | MODIFIED | DELETED (None: kopf's listing),
         `obj` the object as the API server sent it (only its metadata is read)."""
-        if not isinstance(obj, Mapping):
+        ident = identity(obj)
+        if ident is None:
             return
-        meta = obj.get("metadata") or {}
-        ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
-        if not (isinstance(ns, str) and isinstance(name, str) and isinstance(uid, str)):
-            return
+        ns, name, uid = ident
         key, now = (plural, ns, name), self.clock()
         if event_type == "DELETED":
             if (self._seen.get(key) or ("",))[0] == uid:

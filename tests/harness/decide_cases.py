@@ -83,14 +83,15 @@ def ok(action: Any) -> Any:
 
 
 def run(obs: Observation, mem: Memory = Memory(), respond: Responder = ok, now: datetime = NOW,
-        check: bool = True) -> tuple[BoxDecision, list[BoxDecision]]:
+        check: bool = True, cfg: Any = None) -> tuple[BoxDecision, list[BoxDecision]]:
     """One pass: decide, answer the blocking actions, decide again until complete. Returns the last decision
     and every intermediate one (the write-ahead snapshots). `check`: assert the replay property the executor
-    relies on at every step (off in bench/decide.py, which times the decisions only)."""
+    relies on at every step (off in bench/decide.py, which times the decisions only). `cfg`: the
+    `DecideConfig` (default: decide's)."""
     results: dict[Any, Any] = {}
     steps: list[BoxDecision] = []
     for _ in range(12):
-        d = decide(replace(obs, results=dict(results)), mem, now)
+        d = decide(replace(obs, results=dict(results)), mem, now, cfg)
         if check and steps:  # the replay repeats what was performed (the executor raises ReplayMismatch otherwise)
             assert d.actions[:len(steps[-1].actions)] == steps[-1].actions, (steps[-1].actions, d.actions)
         if check and not d.complete:  # nothing follows the actions that wait for a result

@@ -25,6 +25,7 @@ import contextlib
 import pathlib
 from collections.abc import AsyncIterator, Iterator, Sequence
 
+import aiohttp
 import kopf
 import kubernetes.client
 import kubernetes.config
@@ -35,6 +36,17 @@ from kopf.testing import KopfRunner
 from agentbox_sim.kube import KubeEmulator, LocalExec, TmuxSockets
 
 PROJECT_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+async def running_pod(kube: KubeEmulator, name: str = "box") -> None:
+    """Create pod `name` (one container `box`) in the emulator's `default` namespace over its HTTP API, and mark it
+    Running (its containers' processes run locally: exec reaches them)."""
+    async with aiohttp.ClientSession() as http:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+               "spec": {"containers": [{"name": "box", "image": "x"}]}}
+        async with http.post(kube.url + "/api/v1/namespaces/default/pods", json=pod) as resp:
+            assert resp.status == 201
+    await kube.set_pod_phase("default", name)
 
 
 @pytest.fixture
