@@ -8,12 +8,15 @@ journal in status and completes it from the step it reached (`controller.domain.
 
 An armed continue (`SendContinue.not_before`, a journal's `not_before`) waits: its text is typed at
 `not_before` minus the send pause and `settings.resume_write_budget_s` (the Enter step's status write), and
-Enter is pressed at `max(not_before, typed + send pause)`, never before `not_before`. A wake-up of the box's
-watcher while it waits to type (the box's spec or a resume annotation changed, its pod went, the box was
-deleted, a screen changed on the stream) cancels it: nothing is typed and the next pass decides again. Right
-before the first key the screen is compared with the one the decision was made on (`expect`, `screen_digest`): a tab whose
-screen differs gets nothing (`Performed.screen_changed`). The comparison is the decision's condition, checked
-mechanically; on the live stream the screen comes from the stream's cache when tmux reported no output since.
+Enter is pressed at `max(not_before, typed + send pause)`, never before `not_before`. A human's change of the
+box while it waits to type (`Runtime.box_changes`: the box's spec or a resume annotation changed, its pod went,
+the box was deleted) cancels it: nothing is typed and the next pass decides again; other wake-ups are kept for
+the next pass. Right before the first key the screen is compared with the one the decision was made on
+(`expect`, `screen_digest`): a tab whose screen differs gets nothing (`Performed.screen_changed`); right before
+the armed Enter, with the screen after our typing: a tab whose screen moved since (a human typed after our
+text) gets no Enter (`Performed.held`; its journal stays at Enter). The comparisons are the decision's
+conditions, checked mechanically; on the live stream the screen comes from the stream's cache when tmux
+reported no output since.
 """
 
 from __future__ import annotations
