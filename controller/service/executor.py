@@ -338,7 +338,8 @@ class Executor:
 
         Armed (`action.not_before`): typed at `_type_at`, Enter at `max(not_before, typed + pause)`. With
         `action.expect`, a tab whose screen right before the typing is not the expected one gets nothing; when
-        the box's watcher is woken while the send waits to type (`_armed_wait`), no tab gets anything."""
+        a human changes the box while the send waits to type (`_armed_wait`), no tab gets anything; a tab whose
+        screen moved between the typing and the armed Enter gets no Enter (`Performed.held`)."""
         term, text = self.term, action.text
         names = [name for name, _ in action.tabs]
         panes = dict(action.tabs)
