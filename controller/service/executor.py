@@ -357,11 +357,8 @@ class Executor:
         if sending:
             tabs = [self.tabs[name] for name in sending]
             typing: list[str] = ["tmux"]
-            enter: list[str] = ["tmux"]
             for i, name in enumerate(sending):
-                sep = [";"] if i else []
-                typing += sep + tmux.send_text_argv(panes[name], text)[1:]
-                enter += sep + tmux.send_key_argv(panes[name], "Enter")[1:]
+                typing += ([";"] if i else []) + tmux.send_text_argv(panes[name], text)[1:]
             await term.run(typing)
             typed = time.monotonic()
             await self._advance(sending, Step.ENTER)
@@ -373,12 +370,11 @@ class Executor:
                 # typing (a human who typed after it keeps their line: it is not submitted with ours).
                 again = await term.capture_all(tabs)
                 held = {t.id for t in tabs if again.get(t.id) != before.get(t.id)}
-                if held:
-                    enter = ["tmux"]
-                    for name in sending:
-                        if self.tabs[name].id not in held:
-                            enter += ([";"] if len(enter) > 1 else []) + tmux.send_key_argv(panes[name], "Enter")[1:]
-                    moved.update(held)  # never waited for: reported held below
+                moved.update(held)  # never waited for: reported held below
+            enter: list[str] = ["tmux"]
+            for name in sending:
+                if self.tabs[name].id not in held:
+                    enter += ([";"] if len(enter) > 1 else []) + tmux.send_key_argv(panes[name], "Enter")[1:]
             if len(enter) > 1:
                 await term.run(enter)
             entered_at = self.rt.clock()
