@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from agentbox_sim.fake_agent import claude_clock
 from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 
 pytestmark = pytest.mark.component
@@ -64,7 +65,7 @@ RENAMER = r'''
 import random, subprocess, time
 for i in range(30):
     subprocess.run(["tmux", "new-window", "-d", "-n", f"t{i}", "sh", "-c",
-                    "printf 'Usage limit reached \u2219 resets 11:59pm\\n'; sleep 3600"])
+                    "printf 'Usage limit reached \u2219 resets {clock}\\n'; sleep 3600"])
 while True:
     for w in subprocess.run(["tmux", "list-windows", "-F", "#{window_id}"], capture_output=True,
                             text=True).stdout.split()[1:]:
@@ -82,7 +83,9 @@ async def test_a_box_that_renames_its_tabs_cannot_flood_events(world: World):
     await world.add_secret("login-storm", "credentials.json", claude_login("tok-storm"))
     await world.add_subscription("s-storm", "anthropic", "login-storm", "credentials.json")
     await world.add_box("storm", "claude-code", "s-storm")
-    await world.run_pod("storm", [TabSpec("main", [sys.executable, "-c", RENAMER])])
+    # the reset two hours ahead: a fixed clock time would read as a reset just passed in the hour after it
+    renamer = RENAMER.replace("{clock}", claude_clock(utc_in(7200), "UTC"))
+    await world.run_pod("storm", [TabSpec("main", [sys.executable, "-c", renamer])])
     await eventually(lambda: sum(e["reason"] == "LimitDetected" for e in world.events("storm")) >= 20, 30,
                      what="the renamed tabs detected")
     t0 = time.time()

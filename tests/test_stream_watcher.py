@@ -11,7 +11,8 @@ import pytest
 import pytest_asyncio
 from harness.world_fixtures import FAST
 
-from agentbox_sim.world import World, eventually
+from agentbox_sim.fake_agent import claude_clock
+from agentbox_sim.world import World, eventually, utc_in
 
 from test_resume_scenarios import claude_world, submits, tab_status
 
@@ -90,8 +91,11 @@ async def test_structured_files_are_read_when_a_tab_stops_not_at_every_pass(swor
     assert tab_status(world, "box-a", "main").get("state") == state
     assert reads() == first, "no structured read while no tab changed state"
     # the tab stops on a limit: its files are read once more
+    # a reset two hours from now: a fixed clock time (say 11:59pm) read between 11:59pm and 0:59am is a
+    # reset that just passed (Claude's time-only rule), and the tab is rightly not limited then
+    clock = claude_clock(utc_in(7200), "UTC")
     world.tmux("box-a", "send-keys", "-t", "=agentbox:main", "-l",
-               "printf '  \\342\\216\\277  You'\"'\"'ve hit your 5-hour limit \\302\\267 resets 11:59pm (UTC)\\n'")
+               f"printf '  \\342\\216\\277  You'\"'\"'ve hit your 5-hour limit \\302\\267 resets {clock} (UTC)\\n'")
     world.tmux("box-a", "send-keys", "-t", "=agentbox:main", "Enter")
     await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "RateLimited", 15, what="limit seen")
     assert reads() > first
