@@ -56,6 +56,24 @@ def test_weekday_uses_the_offset_of_the_reset_date():
     assert parse_when("Mon 9am (America/New_York)", at("2026-10-30T15:00:00Z"), "UTC") == at("2026-11-02T14:00:00Z")
 
 
+@pytest.mark.parametrize("now,tz,expected", [
+    # the same local date, even when passed (Codex prints a date for any other day)
+    ("2026-12-02T10:00:00Z", "UTC", "2026-12-02T23:59:00Z"),
+    ("2026-12-02T23:59:40Z", "UTC", "2026-12-02T23:59:00Z"),
+    # read just after local midnight, the line printed before it: the reset that just passed, not one a
+    # day later (the tab would have waited 24 h)
+    ("2026-12-03T00:00:30Z", "UTC", "2026-12-02T23:59:00Z"),
+    ("2026-12-03T00:58:59Z", "UTC", "2026-12-02T23:59:00Z"),
+    # more than an hour after it: the same local date again
+    ("2026-12-03T00:59:01Z", "UTC", "2026-12-03T23:59:00Z"),
+    # local midnight in the box's zone (New York, EST = UTC-5)
+    ("2026-12-03T05:00:30Z", "America/New_York", "2026-12-03T04:59:00Z"),
+    ("2026-12-03T04:59:40Z", "America/New_York", "2026-12-03T04:59:00Z"),
+])
+def test_codex_time_only_is_the_same_local_date_with_an_hour_of_grace_across_midnight(now, tz, expected):
+    assert parse_when("11:59 PM", at(now), tz, "codex") == at(expected)
+
+
 def test_span_names_what_was_read():
     assert parse_when_span("5pm (UTC) · /upgrade", NOW, "UTC")[1] == "5pm (UTC)"
     assert parse_when_span(" at 3:05 PM.", NOW, "UTC")[1] == "at 3:05 PM."

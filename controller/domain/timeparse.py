@@ -10,6 +10,8 @@ The rules follow the corpus README (tests/fixtures/corpus/README.md) and field-p
 - Claude Code time without a date ("claude" rule): the next occurrence after ``now``, unless that
   clock time passed less than one hour before ``now`` (then that past instant: "re-check now");
 - Codex time without a date ("codex" rule): the same local date as ``now``, even when passed;
+  except that a clock that passed less than one hour before ``now`` on the day before (the hour after
+  local midnight) is that past instant, as for Claude: the line was printed before midnight;
 - a date without a year: the next such date from ``now`` (today counts);
 - relative forms ("in 2 days 3 hours 4 minutes", "8m") count from ``now``;
 - ``12am`` = 00:00, ``12pm`` = noon; 24-hour clocks ("17:19", "02:53") are accepted.
@@ -186,7 +188,8 @@ def from_parts(
             abbreviation; ``weekday`` a weekday name ("Mon", "tuesday") or "today"/"tonight"/"tomorrow".
         now: the instant the screen was seen (tz-aware).
         tz: the box's IANA zone (used when ``zone`` is absent or invalid).
-        time_only_rule: "claude" (next occurrence, 1 h grace) or "codex" (same local date).
+        time_only_rule: "claude" (next occurrence, 1 h grace) or "codex" (same local date, the
+            same 1 h grace across local midnight).
 
     Returns:
         The instant in UTC, or None when the parts hold no usable time (e.g. "13pm", "Feb 30"), or
@@ -258,7 +261,13 @@ def from_parts(
                 return candidate
         return None  # pragma: no cover - two weeks ahead always qualifies
     if time_only_rule == "codex":
-        return _local(zone, today, hour, minute)
+        same_day = _local(zone, today, hour, minute)
+        day_before = _local(zone, today - timedelta(days=1), hour, minute)
+        if same_day > now.astimezone(UTC) and day_before >= now.astimezone(UTC) - timedelta(hours=1):
+            # Read in the hour after local midnight, the line printed before it (a reset just passed,
+            # "11:59 PM" read at 0:00:30) would otherwise be taken for a reset a day later.
+            return day_before
+        return same_day
     for offset in (-1, 0, 1, 2):
         candidate = _local(zone, today + timedelta(days=offset), hour, minute)
         if candidate >= floor:
