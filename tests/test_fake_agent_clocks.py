@@ -59,9 +59,11 @@ def repeated_hour(instant: datetime, zone: str) -> set[datetime]:
 
 
 def read_back(agent: str, reset: datetime, zone: str, printed: datetime, seen: datetime) -> datetime | None:
-    screen = "\n".join(limit_lines(agent, reset.timestamp(), zone, printed))
+    # every other print, Claude Code's native wait too ('continuing automatically at 5:13pm')
+    auto = agent == "claude-code" and printed.minute % 2 == 0
+    screen = "\n".join(limit_lines(agent, reset.timestamp(), zone, printed, auto_continue=auto))
     det = detect(agent, screen, seen, zone)
-    assert det.state == TabState.RATE_LIMITED, (agent, screen, seen)
+    assert det.state == TabState.RATE_LIMITED and det.auto_continue == auto, (agent, screen, seen)
     return det.resets_at
 
 
