@@ -4,7 +4,8 @@ They print the agents' real limit lines (wording from the corpus and `shared/not
 Claude Code 2.1.x and Codex 0.169) and react to keys the way the real TUIs do:
 
 * Claude Code: a boxed prompt (`│ > text │`); typed text echoes; Enter submits. After a limit
-  it shows `You've hit your 5-hour limit · resets 5:13pm (UTC)`; with `--auto-continue` the
+  it shows `You've hit your 5-hour limit · resets 5:13pm (UTC)` (beyond 24 h the date first, `resets Dec 3,
+  12:57am (UTC)`, as Claude Code 2.1.x prints it; see `limit_lines`); with `--auto-continue` the
   native wait line instead, and (unless `--auto-continue-fails`) it continues by itself
   `--auto-continue-after` seconds after the reset; with `--menu` the rate-limit options menu,
   answered by its number keys (`--menu-no-stop`: a menu without the 'Stop and wait' option;
@@ -50,7 +51,7 @@ def claude_clock(at: datetime, zone: str, now: datetime | None = None) -> str:
     """Claude Code's reset text as 2.1.x prints it (its `JN` formatter): the local clock, minute-rounded
     down, '5pm' or '5:13pm', when the reset is at most 24 h after ``now`` (default: the current time);
     otherwise the date first, 'Dec 3, 12:57am', with the year when it is not ``now``'s ('Jan 1, 2100, 12am').
-    A clock alone 74 years out would be read as the next such clock (the product's time-only rule)."""
+    (A clock alone for a reset days or years out would be read as the next such clock.)"""
     tz = ZoneInfo(zone)
     local = at.astimezone(tz)
     now = now or datetime.now(timezone.utc)
