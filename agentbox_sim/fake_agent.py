@@ -4,7 +4,8 @@ They print the agents' real limit lines (wording from the corpus and `shared/not
 Claude Code 2.1.x and Codex 0.169) and react to keys the way the real TUIs do:
 
 * Claude Code: a boxed prompt (`│ > text │`); typed text echoes; Enter submits. After a limit
-  it shows `You've hit your 5-hour limit · resets 5:13pm (UTC)`; with `--auto-continue` the
+  it shows `You've hit your 5-hour limit · resets 5:13pm (UTC)` (beyond 24 h the date first, `resets Dec 3,
+  12:57am (UTC)`, as Claude Code 2.1.x prints it; see `limit_lines`); with `--auto-continue` the
   native wait line instead, and (unless `--auto-continue-fails`) it continues by itself
   `--auto-continue-after` seconds after the reset; with `--menu` the rate-limit options menu,
   answered by its number keys (`--menu-no-stop`: a menu without the 'Stop and wait' option;
@@ -46,12 +47,21 @@ def _log(event: str, **data: object) -> None:
             fh.write(json.dumps({"t": time.time(), "event": event, **data}) + "\n")
 
 
-def claude_clock(at: datetime, zone: str) -> str:
-    """Claude Code's reset clock: local time, minute-rounded down, '5pm' or '5:13pm'."""
-    local = at.astimezone(ZoneInfo(zone))
+def claude_clock(at: datetime, zone: str, now: datetime | None = None) -> str:
+    """Claude Code's reset text as 2.1.x prints it (its `JN` formatter): the local clock, minute-rounded
+    down, '5pm' or '5:13pm', when the reset is at most 24 h after ``now`` (default: the current time);
+    otherwise the date first, 'Dec 3, 12:57am', with the year when it is not ``now``'s ('Jan 1, 2100, 12am').
+    (A clock alone for a reset days or years out would be read as the next such clock.)"""
+    tz = ZoneInfo(zone)
+    local = at.astimezone(tz)
+    now = now or datetime.now(timezone.utc)
     hour = local.hour % 12 or 12
     ampm = "am" if local.hour < 12 else "pm"
-    return f"{hour}{ampm}" if local.minute == 0 else f"{hour}:{local.minute:02d}{ampm}"
+    clock = f"{hour}{ampm}" if local.minute == 0 else f"{hour}:{local.minute:02d}{ampm}"
+    if (at - now).total_seconds() <= 24 * 3600:
+        return clock
+    year = f", {local.year}" if local.year != now.astimezone(tz).year else ""
+    return f"{local:%b} {local.day}{year}, {clock}"
 
 
 def codex_clock(at: datetime, zone: str, now: datetime) -> str:
@@ -63,6 +73,23 @@ def codex_clock(at: datetime, zone: str, now: datetime) -> str:
     day = local.day
     suffix = "th" if 11 <= day % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
     return f"{local:%b} {day}{suffix}, {local.year} {clock}"
+
+
+def limit_lines(agent: str, reset_epoch: float, zone: str, now: datetime, auto_continue: bool = False) -> list[str]:
+    """The lines the fake agent prints when it hits its limit at ``now``, a reset at ``reset_epoch``
+    (epoch seconds) shown in ``zone``: Codex's `■ … try again at <codex_clock>.`, Claude Code's
+    `⎿  You've hit your 5-hour limit · resets <claude_clock> (<zone>)` and, with ``auto_continue``, its
+    native-wait line. Pure: tests read these lines back with the product's parser at any ``now``."""
+    at = datetime.fromtimestamp(reset_epoch, timezone.utc)
+    if agent == "codex":
+        return ["", "■ You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit "
+                "https://chatgpt.com/settings/usage to purchase more credits or try again at "
+                f"{codex_clock(at, zone, now)}.", ""]
+    lines = ["", f"  ⎿  You've hit your 5-hour limit · resets {claude_clock(at, zone, now)} ({zone})"]
+    if auto_continue:
+        lines.append(f"● Usage limit reached · continuing automatically at {claude_clock(at, zone, now)} "
+                     "· esc or type to cancel")
+    return lines
 
 
 _MENU_KEYS = {"Upgrade your plan": "upgrade", "Stop and wait for limit to reset": "stop",
@@ -139,20 +166,14 @@ class FakeAgent:
 
     # ----- behaviour
     def hit_limit(self) -> None:
-        now = datetime.now(timezone.utc)
-        at = datetime.fromtimestamp(self.reset, timezone.utc)
         _log("limit", reset=self.reset)
+        self.say(*limit_lines(self.agent, self.reset, self.zone, datetime.now(timezone.utc),
+                              bool(self.ns.auto_continue)))
         if self.agent == "codex":
-            self.say("", "■ You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit "
-                     "https://chatgpt.com/settings/usage to purchase more credits or try again at "
-                     f"{codex_clock(at, self.zone, now)}.", "")
             self.mode = "limited"
         elif self.ns.auto_continue:
-            self.say("", f"  ⎿  You've hit your 5-hour limit · resets {claude_clock(at, self.zone)} ({self.zone})",
-                     f"● Usage limit reached · continuing automatically at {claude_clock(at, self.zone)} · esc or type to cancel")
             self.mode = "auto_wait"
         else:
-            self.say("", f"  ⎿  You've hit your 5-hour limit · resets {claude_clock(at, self.zone)} ({self.zone})")
             self.mode = "menu" if self.ns.menu else "limited"
         self.redraw()
 
@@ -314,10 +335,7 @@ class FakeAgent:
 
     def hit_limit_shown_only(self) -> None:
         """`codex resume --last` redraws the transcript with the old limit line, then an idle composer."""
-        at = datetime.fromtimestamp(self.reset, timezone.utc)
-        self.say("", "■ You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit "
-                 "https://chatgpt.com/settings/usage to purchase more credits or try again at "
-                 f"{codex_clock(at, self.zone, datetime.now(timezone.utc))}.", "")
+        self.say(*limit_lines("codex", self.reset, self.zone, datetime.now(timezone.utc)))
         self.mode = "limited"
         self.redraw()
 

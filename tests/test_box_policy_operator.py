@@ -5,12 +5,13 @@ carries the restricted profile's defaults; the policy can be switched off by the
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from controller import constants as C
-from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv
+from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
 from test_box_policy import restricted_problems
 
 pytestmark = pytest.mark.component
@@ -52,8 +53,11 @@ async def test_privileged_template_gets_no_pod_and_one_warning_while_a_healthy_b
     assert cond["status"] == "False" and FIELD in cond["message"]
     assert world.box("bad")["status"]["state"] == "Error"
 
-    # The healthy box beside it is served: pod created, started, Ready.
-    await world.run_pod("good", [TabSpec("main", fake_agent_argv("claude-code", 4102444800))])
+    # The healthy box beside it is served: pod created, started, Ready. Its tab waits on a limit three
+    # hours away, exhausted in the usage API too: nothing to resume during the test, whatever the hour
+    # (a reset in 2100 printed as 'resets 12am' was the next midnight: resumed when run between 0:00 and 1:00)
+    world.provider.set_windows("acct-a", five_hour=(100.0, utc_in(3 * 3600)), weekly=(40.0, utc_in(86400)))
+    await world.run_pod("good", [TabSpec("main", fake_agent_argv("claude-code", time.time() + 3 * 3600))])
     await eventually(lambda: ready(world, "good").get("status") == "True", 15, what="the healthy box Ready")
 
     assert pod(world, "bad") is None

@@ -56,6 +56,52 @@ def test_weekday_uses_the_offset_of_the_reset_date():
     assert parse_when("Mon 9am (America/New_York)", at("2026-10-30T15:00:00Z"), "UTC") == at("2026-11-02T14:00:00Z")
 
 
+@pytest.mark.parametrize("now,tz,expected", [
+    # the same local date, even when passed (Codex prints a date for any other day)
+    ("2026-12-02T10:00:00Z", "UTC", "2026-12-02T23:59:00Z"),
+    ("2026-12-02T23:59:40Z", "UTC", "2026-12-02T23:59:00Z"),
+    # read just after local midnight, the line printed before it: the reset that just passed, not one a
+    # day later (the tab would have waited 24 h)
+    ("2026-12-03T00:00:30Z", "UTC", "2026-12-02T23:59:00Z"),
+    ("2026-12-03T00:58:59Z", "UTC", "2026-12-02T23:59:00Z"),
+    # more than an hour after it: the same local date again
+    ("2026-12-03T00:59:01Z", "UTC", "2026-12-03T23:59:00Z"),
+    # local midnight in the box's zone (New York, EST = UTC-5)
+    ("2026-12-03T05:00:30Z", "America/New_York", "2026-12-03T04:59:00Z"),
+    ("2026-12-03T04:59:40Z", "America/New_York", "2026-12-03T04:59:00Z"),
+])
+def test_codex_time_only_is_the_same_local_date_with_an_hour_of_grace_across_midnight(now, tz, expected):
+    assert parse_when("11:59 PM", at(now), tz, "codex") == at(expected)
+
+
+@pytest.mark.parametrize("text,now,tz,expected", [
+    # a date without a year, read just after local midnight: the reset that just passed, not a year later
+    ("Dec 8, 11:59pm (UTC)", "2026-12-09T00:01:21Z", "UTC", "2026-12-08T23:59:00Z"),
+    ("Dec 7, 11:58pm (America/New_York)", "2026-12-08T05:00:02Z", "UTC", "2026-12-08T04:58:00Z"),
+    ("Dec 31, 11:59pm (UTC)", "2027-01-01T00:30:00Z", "UTC", "2026-12-31T23:59:00Z"),
+    # more than an hour after it, or a date before yesterday: the next such date, as before
+    ("Dec 8, 11:59pm (UTC)", "2026-12-09T01:00:00Z", "UTC", "2027-12-08T23:59:00Z"),
+    ("Dec 7, 11:59pm (UTC)", "2026-12-09T00:01:00Z", "UTC", "2027-12-07T23:59:00Z"),
+    ("Dec 9, 1am (UTC)", "2026-12-09T22:00:00Z", "UTC", "2026-12-09T01:00:00Z"),
+    # a weekday, read just after local midnight (2026-12-08 is a Tuesday): last night's, not next week's
+    ("Mon 11:59pm (UTC)", "2026-12-08T00:01:00Z", "UTC", "2026-12-07T23:59:00Z"),
+    ("Mon 11:59pm (UTC)", "2026-12-08T01:00:00Z", "UTC", "2026-12-14T23:59:00Z"),
+])
+def test_a_reset_just_passed_keeps_its_date_across_local_midnight(text, now, tz, expected):
+    assert parse_when(text, at(now), tz) == at(expected)
+
+
+@pytest.mark.parametrize("text,now,expected", [
+    # New York falls back at 2:00 EDT (06:00Z) on 2026-11-01: 1:00-1:59 is shown twice
+    ("1:05am", "2026-11-01T06:07:05Z", "2026-11-01T06:05:00Z"),   # the 1:05 EST just passed, not tomorrow's
+    ("1am", "2026-11-01T06:05:35Z", "2026-11-01T06:00:00Z"),
+    ("1:30am", "2026-11-01T05:10:00Z", "2026-11-01T05:30:00Z"),   # during EDT: the first 1:30 (EDT)
+    ("1:30am", "2026-11-01T06:20:00Z", "2026-11-01T05:30:00Z"),   # the first passed 50 min ago: re-check now
+])
+def test_a_clock_in_the_repeated_dst_hour_is_never_read_a_day_late(text, now, expected):
+    assert parse_when(text + " (America/New_York)", at(now), "UTC") == at(expected)
+
+
 def test_span_names_what_was_read():
     assert parse_when_span("5pm (UTC) · /upgrade", NOW, "UTC")[1] == "5pm (UTC)"
     assert parse_when_span(" at 3:05 PM.", NOW, "UTC")[1] == "at 3:05 PM."

@@ -10,7 +10,13 @@ The rules follow the corpus README (tests/fixtures/corpus/README.md) and field-p
 - Claude Code time without a date ("claude" rule): the next occurrence after ``now``, unless that
   clock time passed less than one hour before ``now`` (then that past instant: "re-check now");
 - Codex time without a date ("codex" rule): the same local date as ``now``, even when passed;
-- a date without a year: the next such date from ``now`` (today counts);
+  except that a clock that passed less than one hour before ``now`` on the day before (the hour after
+  local midnight) is that past instant, as for Claude: the line was printed before midnight;
+- a weekday ("Mon 9am"): the next such weekday, with the Claude rule's hour of grace (across midnight too);
+- a date without a year: the next such date from ``now`` (today counts), except a date whose clock passed
+  less than one hour before ``now`` (read just after local midnight): that past instant;
+- a clock in the hour a DST fall-back repeats: the Claude rule takes the first of its two instants not
+  earlier than ``now`` - 1 h; the other rules take the first (never later than the reset meant);
 - relative forms ("in 2 days 3 hours 4 minutes", "8m") count from ``now``;
 - ``12am`` = 00:00, ``12pm`` = noon; 24-hour clocks ("17:19", "02:53") are accepted.
 """
@@ -136,9 +142,16 @@ def _month_number(text: str) -> int | None:
     return _MONTHS.get(folded[:3])
 
 
-def _local(zone: tzinfo, day: date, hour: int, minute: int) -> datetime:
-    """Wall-clock time in ``zone`` on ``day`` as UTC, using the offset of that date (DST)."""
-    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone).astimezone(UTC)
+def _local(zone: tzinfo, day: date, hour: int, minute: int, fold: int = 0) -> datetime:
+    """Wall-clock time in ``zone`` on ``day`` as UTC, using the offset of that date (DST). A clock in the
+    hour a DST fall-back repeats names two instants: ``fold`` 0 the first, 1 the second."""
+    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone, fold=fold).astimezone(UTC)
+
+
+def _both_folds(zone: tzinfo, day: date, hour: int, minute: int) -> list[datetime]:
+    """The instants a wall clock on ``day`` names, earliest first: two in a DST fall-back's repeated hour."""
+    first, second = _local(zone, day, hour, minute), _local(zone, day, hour, minute, fold=1)
+    return [first] if second == first else sorted({first, second})
 
 
 def _clock(hour_s: str, minute_s: str | None, ampm_s: str | None) -> tuple[int, int] | None:
@@ -186,7 +199,8 @@ def from_parts(
             abbreviation; ``weekday`` a weekday name ("Mon", "tuesday") or "today"/"tonight"/"tomorrow".
         now: the instant the screen was seen (tz-aware).
         tz: the box's IANA zone (used when ``zone`` is absent or invalid).
-        time_only_rule: "claude" (next occurrence, 1 h grace) or "codex" (same local date).
+        time_only_rule: "claude" (next occurrence, 1 h grace) or "codex" (same local date, the
+            same 1 h grace across local midnight).
 
     Returns:
         The instant in UTC, or None when the parts hold no usable time (e.g. "13pm", "Feb 30"), or
@@ -230,6 +244,13 @@ def from_parts(
             if year_text:
                 return _bounded(_local(zone, date(int(year_text), month, day_n), hour, minute), now)
             year = today.year
+            yesterday = today - timedelta(days=1)
+            if (month, day_n) == (yesterday.month, yesterday.day):
+                passed = _local(zone, yesterday, hour, minute, fold=1)
+                if passed >= now.astimezone(UTC) - timedelta(hours=1):
+                    # passed less than an hour ago ("Dec 8, 11:59pm" read at 0:01 on Dec 9, "Dec 31,
+                    # 11:59pm" on Jan 1): that past instant ("re-check now"), not the date a year later
+                    return _bounded(passed, now)
             candidate = date(year, month, day_n) if _valid(year, month, day_n) else None
             if candidate is None or candidate < today:
                 year += 1
@@ -251,18 +272,28 @@ def from_parts(
     floor = now.astimezone(UTC) - (timedelta(hours=1) if time_only_rule == "claude" else timedelta(0))
     if weekday[:3] in _WEEKDAYS:
         # the next such weekday after now, in the line's zone, with that date's offset (DST)
+        # (a week back too: "Mon 11:59pm" read at 0:01 on Tuesday is the reset just passed, under the
+        # Claude rule's hour of grace, not next Monday's)
         ahead = (_WEEKDAYS[weekday[:3]] - today.weekday()) % 7
-        for extra in (0, 7, 14):
-            candidate = _local(zone, today + timedelta(days=ahead + extra), hour, minute)
-            if candidate >= floor:
-                return candidate
+        for extra in (-7, 0, 7, 14):
+            for candidate in _both_folds(zone, today + timedelta(days=ahead + extra), hour, minute):
+                if candidate >= floor:
+                    return candidate
         return None  # pragma: no cover - two weeks ahead always qualifies
     if time_only_rule == "codex":
-        return _local(zone, today, hour, minute)
+        same_day = _local(zone, today, hour, minute)
+        day_before = _local(zone, today - timedelta(days=1), hour, minute)
+        if same_day > now.astimezone(UTC) and day_before >= now.astimezone(UTC) - timedelta(hours=1):
+            # Read in the hour after local midnight, the line printed before it (a reset just passed,
+            # "11:59 PM" read at 0:00:30) would otherwise be taken for a reset a day later.
+            return day_before
+        return same_day
     for offset in (-1, 0, 1, 2):
-        candidate = _local(zone, today + timedelta(days=offset), hour, minute)
-        if candidate >= floor:
-            return candidate
+        # both instants of a repeated DST hour: "1:05am" read at 1:06 EST is the 1:05 EST just passed,
+        # not tomorrow's (the first 1:05, EDT, passed an hour before)
+        for candidate in _both_folds(zone, today + timedelta(days=offset), hour, minute):
+            if candidate >= floor:
+                return candidate
     return None  # pragma: no cover - offset 2 always qualifies
 
 
