@@ -305,13 +305,22 @@ class World:
         """The sandbox directory standing for a pod's filesystem."""
         return self.local_exec.workdir(self.namespace, pod)
 
-    def tmux(self, pod: str, *args: str) -> str:
-        """Run tmux against a pod's server (as the test, not through exec); returns stdout."""
+    def tmux(self, pod: str, *args: str, check: bool = True) -> str:
+        """Run tmux against a pod's server (as the test, not through exec); returns stdout.
+
+        Raises:
+            RuntimeError: tmux exited non-zero (its stderr in the message) and `check` is true: a session
+                the test (playing the box's entrypoint) failed to start is reported where it failed, not
+                as a wait for Ready that times out much later.
+        """
         import subprocess
 
         sock = self.sockets(self.namespace, pod)
         env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
         res = subprocess.run(["tmux", "-S", str(sock), *args], capture_output=True, text=True, env=env, timeout=10)
+        if check and res.returncode != 0:
+            raise RuntimeError(f"tmux {args[0] if args else ''} in pod {pod} exited {res.returncode}: "
+                               f"{res.stderr.strip()[:200]}")
         return res.stdout
 
     async def run_pod(self, pod: str, tabs: list[TabSpec], shims: dict[str, list[str]] | None = None,
@@ -375,8 +384,8 @@ class World:
         return {k: base64.b64decode(v).decode() for k, v in (sec.get("data") or {}).items()}
 
     def screen(self, pod: str, tab: str) -> str:
-        """The visible screen of a tab."""
-        return self.tmux(pod, "capture-pane", "-p", "-J", "-t", f"={C.TMUX_SESSION}:{tab}")
+        """The visible screen of a tab ("" when the tab or the pod's tmux server is gone)."""
+        return self.tmux(pod, "capture-pane", "-p", "-J", "-t", f"={C.TMUX_SESSION}:{tab}", check=False)
 
 
 def fake_agent_argv(agent: str, reset_epoch: float, *extra: str) -> list[str]:

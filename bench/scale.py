@@ -305,13 +305,13 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
         c1, t1 = cpu_s(), time.monotonic()
         idle_s = t1 - t0
         # one-shot execs end in exec_journal; streams also end there when they close (count them apart)
-        stream_ends = sum(1 for r in world.kube.exec_journal[e0:e1] if r.argv[1:3] == ("-C", "attach-session"))
+        stream_ends = sum(1 for r in world.kube.exec_journal[e0:e1] if "attach-session" in r.argv)
         execs = (e1 - e0) - stream_ends
         opens = s1 - s0
         rss_idle, rss_process = rss(), rss_mib()
         requests = controller_requests(world, j0, j1)
         exec_verbs = Counter(" ".join(r.argv[:2]) for r in world.kube.exec_journal[e0:e1]
-                             if r.argv[1:3] != ("-C", "attach-session"))
+                             if "attach-session" not in r.argv)
         request_kinds = Counter(
             f"{e.method} {'/'.join(x for x in e.path.split('/')[-2:] if x not in boxes)}"
             for e in world.kube.journal[j0:j1] if not e.user_agent.startswith("Python/"))

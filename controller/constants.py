@@ -62,6 +62,7 @@ R_SECRET_NOT_FOUND = "SecretNotFound"
 R_SECRET_KEY_MISSING = "SecretKeyMissing"
 R_INVALID_LOGIN = "InvalidLoginFile"
 R_PROVIDER_MISMATCH = "ProviderMismatch"
+R_SUBSCRIPTION_CHANGED = "SubscriptionChanged"  # Event (Normal): spec.subscription changed, rotation off: the box moved
 R_UNSUPPORTED_AGENT = "UnsupportedAgent"
 R_POD_PENDING = "PodPending"              # Ready False: no pod yet, or its phase is not Running
 R_CONTAINER_WAITING = "ContainerWaiting"  # Ready False: the box container waits (message: CrashLoopBackOff, ...)

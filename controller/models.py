@@ -147,7 +147,7 @@ class AgentBoxSpec(_Model):
     """A pod whose tmux tabs run an agent on a subscription."""
 
     agent: AgentName = Field(description="The agent CLI running in the tabs.")
-    subscription: str | None = Field(None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="Subscription the box starts on (claude-code and codex only).")
+    subscription: str | None = Field(None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="Subscription the box runs on (claude-code and codex only). Rotation off: changing it moves the box (its login, status.subscription, the tabs waiting on a limit). Rotation on: only where the box starts; the rotation moves status.subscription.")
     when_agent_stops: WhenAgentStops = Field(default_factory=WhenAgentStops, description="Resume and rotation behaviour.")
     detection: DetectionSpec = Field(default_factory=DetectionSpec, description="Extra detection rules.")
     time_zone: str | None = Field(None, max_length=64, description="IANA zone of the box's clock, for limit lines that print no zone (default: the container's TZ, else UTC).")
@@ -239,7 +239,7 @@ BoxState = Literal["Pending", "Running", "RateLimited", "Reserved", "NeedsAttent
 class AgentBoxStatus(_Model):
     """Observed state of an AgentBox."""
 
-    subscription: str | None = Field(None, description="Subscription the box runs on now.")
+    subscription: str | None = Field(None, description="Subscription the box runs on now: spec.subscription once its login is installed (rotation off), or where the rotation moved the box.")
     next_subscription: str | None = Field(None, description="Subscription the box would switch to next.")
     state: BoxState | None = Field(None, description="Pending | Running | RateLimited | Reserved | NeedsAttention | Error.")
     resume_at: Instant | None = Field(None, description="Earliest scheduled resume among the tabs (UTC RFC 3339).")

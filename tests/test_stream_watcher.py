@@ -64,7 +64,7 @@ async def test_limit_resumed_over_the_stream_and_waiting_costs_no_exec(sworld: W
     # (polling runs two tmux execs per pass)
     assert tmux_execs(world)[before:] == []
     await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "Working", 10)
-    attach = [a for *_, a in world.kube.exec_streams if a[1:3] == ("-C", "attach-session")]
+    attach = [a for *_, a in world.kube.exec_streams if "attach-session" in a]
     assert len(attach) == 1, "one long-lived stream"
 
 
@@ -99,3 +99,34 @@ async def test_structured_files_are_read_when_a_tab_stops_not_at_every_pass(swor
     world.tmux("box-a", "send-keys", "-t", "=agentbox:main", "Enter")
     await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "RateLimited", 15, what="limit seen")
     assert reads() > first
+
+
+async def test_reconnects_into_a_box_without_its_session_start_no_tmux_server(sworld: World) -> None:
+    """While the box has no tmux session yet (its entrypoint has not started it), the stream's attempts start
+    no tmux server in the box. `tmux -C attach-session` alone starts one, which exits at once for want of a
+    session; a `tmux new-session` of the entrypoint that reached it failed with "server exited unexpectedly"
+    (about 1 in 13 when the two meet, tmux 3.3a), and test_box_reconcile's test_ready_follows_the_pod then
+    waited in vain for Ready. A server's socket file stays after it exits: none may appear."""
+    from agentbox_sim.world import claude_login
+
+    world = sworld
+    world.start_operator()
+    world.provider.add_login("tok-a", "acct-a")
+    await world.add_secret("claude-login", "credentials.json", claude_login("tok-a"))
+    await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
+    await world.add_box("box-a", "claude-code", "claude-a")
+    await world.kube.wait_for("v1/pods", world.namespace, "box-a", lambda o: o is not None, timeout=15)
+    await world.kube.set_pod_phase(world.namespace, "box-a", "Running")
+
+    def attaches_ended() -> int:
+        return sum(1 for r in world.kube.exec_journal if r.pod == "box-a" and "attach-session" in r.argv)
+
+    await eventually(lambda: attaches_ended() >= 2, 15, what="two stream attempts into the box without a session")
+    assert condition(world, "box-a", "Ready").get("reason") == "SessionMissing"
+    assert not world.sockets(world.namespace, "box-a").exists(), "a stream attempt started a tmux server in the box"
+    # The entrypoint starts the session now: it succeeds (world.tmux checks), and the stream attaches to it.
+    world.tmux("box-a", "new-session", "-d", "-s", "agentbox", "-n", "main")
+    # The stream reconnects with backoff (1, 2, 4, 8 s... times 0.5-1.5): the next attempt may be 12 s away.
+    await eventually(lambda: condition(world, "box-a", "TerminalStream").get("status") == "True", 30,
+                     what="stream attached once the session exists")
+    await eventually(lambda: condition(world, "box-a", "Ready").get("status") == "True", 10, what="Ready")

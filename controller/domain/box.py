@@ -46,7 +46,7 @@ from controller.domain.resume import (
     MAX_ARMED_S, Action as PlanAction, Journal, JournalAction, Phase, ResumeConfig, Step, TabPlan, TabRecord, after_usage,
     limit_key, next_pass_in, plan_tab, recovery_step, stall_plan, start_journal, usage_verdict,
 )
-from controller.domain.rotation import Candidate, choose_next, first_to_reset, group_members, must_leave
+from controller.domain.rotation import Candidate, choose_next, first_to_reset, follow_spec, group_members, must_leave
 from controller.domain.signals import last_lines, merge
 from controller.domain.types import Detection, LimitKind, TabState, plausible_reset
 from controller.redact import STATUS_MESSAGE_MAX, bounded
@@ -745,8 +745,14 @@ def _decide(p: _Pass) -> BoxStatus | None:
     annotations = _annotations(p)
     dets = {t.name: t.detection for t in obs.tabs}
     if p.mem.pending_switch is not None:
+        if _switch_overruled(p):
+            # Rotation off: spec.subscription wins. Its login is installed (the switch may have installed
+            # another one already), and the switch's tabs are planned again on it.
+            p.mem = replace(p.mem, pending_switch={**p.mem.pending_switch, "to": p.obs.box.subscription,
+                                                   "reason": "spec.subscription (rotation is off)"})
         dets = _complete_switch(p, dets)
         p.mem = replace(p.mem, pending_switch=None)  # finished or given up: once
+    _follow_spec(p, dets)
     _rotation(p, dets)
     _reserve(p, dets)
     resume_on = obs.box.resume_after_reset and not p.mem.reserved
@@ -950,9 +956,58 @@ def _complete_switch(p: _Pass, dets: dict[str, Detection]) -> dict[str, Detectio
             p.rec(tab.name), phase=Phase.RATE_LIMITED, limit_key=key, resets_at=None, resume_at=p.now,
             sent_for=None, window=None, auto_continue=False, detected_by=det.detected_by, journal=None,
             message=f"Switched to {to}; resuming", attempts=0)
-    p.event("Normal", "Switched", f"Switched from {sw.get('fromSubscription')} to {to}: "
-            f"{sw.get('reason') or 'rotation'} (completed after a controller restart)")
+    if sw.get("fromSubscription") == to:  # a switch overruled by spec.subscription back to where it started
+        p.event("Normal", "Switched", f"Stayed on {to}: {sw.get('reason')} (a switch left unfinished by a "
+                "controller restart was abandoned)")
+    else:
+        p.event("Normal", "Switched", f"Switched from {sw.get('fromSubscription')} to {to}: "
+                f"{sw.get('reason') or 'rotation'} (completed after a controller restart)")
     return out
+
+
+def _switch_overruled(p: _Pass) -> bool:
+    """A switch left in status.switch goes to spec.subscription instead of its own target when rotation is
+    off and spec.subscription names another subscription (the box follows spec)."""
+    box = p.obs.box
+    to = (p.mem.pending_switch or {}).get("to")
+    return not box.rotation and bool(box.subscription) and to != box.subscription
+
+
+def _follow_spec(p: _Pass, dets: dict[str, Detection]) -> None:
+    """Rotation off and spec.subscription changed: move the box to it (`rotation.follow_spec`).
+
+    The same journaled switch as the rotation's (status.switch): the limited tabs of an agent that refuses
+    another account's login in flight (Codex) are stopped first, then the new login goes into the box Secret
+    and the live login file, then status.subscription. A tab stopped on the old subscription's limit is
+    planned again on the new one now (its usage read decides: resumed when it has headroom, else it waits
+    for the new subscription's reset), never left waiting for the old one's reset. A working agent is left
+    alone (a human's edit never interrupts work): Claude Code reads the new file at its next request; a
+    running Codex ignores another account's file and moves at its next restart (docs/logins.md).
+    The reserve follows the new subscription (`_reserve`): a stop by the old one's reserve is lifted when
+    the new one is not reserved; a new one that is reserved stops the box (or keeps it stopped, with its
+    own stop line). An unusable new login changes nothing (the reconcile reports it on spec.subscription)."""
+    obs, box = p.obs, p.obs.box
+    target = follow_spec(p.mem.current, box.subscription, box.rotation, obs.subscriptions or (), box.provider)
+    if target is None:
+        return
+    old = p.mem.current
+    tabs = obs.tabs or ()
+    limited = [t for t in tabs if _usage_limited(dets[t.name]) and p.rec(t.name).journal is None]
+    stop = tuple((t.name, t.pane) for t in limited if box.stop_to_switch and p.safe(replace(t, detection=dets[t.name])))
+    done: Done = p.ask(SwitchSubscription(old, target.name, "spec.subscription changed", "spec",
+                                          tuple(t.name for t in limited), stop, p.now))
+    if not done.ok:
+        return
+    for t in limited:
+        _resume_on_new(p, t.name, dets[t.name], target.name)
+    p.mem = replace(p.mem, current=target.name, pre_switch=frozenset(t.name for t in tabs) - {t.name for t in limited})
+    p.event("Normal", C.R_SUBSCRIPTION_CHANGED, f"Moved from {old} to {target.name}: spec.subscription changed "
+            "(rotation is off)" + (f"; {len(limited)} limited tab(s) planned again on {target.name}" if limited else ""))
+    if p.mem.reserved and target.state == "Reserved":
+        # Stopped by the old subscription's reserve and the new one is reserved too: no login file; the stop
+        # line is the new subscription's.
+        p.actions.append(RemoveLogin())
+        p.mem = replace(p.mem, reserved=_stop_line(p, target))
 
 
 def _rotation(p: _Pass, dets: dict[str, Detection]) -> None:
@@ -1033,15 +1088,7 @@ def _reserve(p: _Pass, dets: dict[str, Detection]) -> None:
 
 def _reserve_stop(p: _Pass, dets: dict[str, Detection], cur: Candidate) -> None:
     """Esc to the agents, remove the box's login file, print the stop line in each tab."""
-    reserve = p.obs.reserves.get(cur.name, Reserve())
-    five, week = reserve.five_hour, reserve.weekly
-    if five and cur.five_hour is not None and cur.five_hour >= 100 - five:
-        line = f"Stopping to keep {_pct(five)}% of your 5-hour limit"
-    elif week:
-        line = f"Stopping to keep {_pct(week)}% of your weekly limit"
-    else:
-        line = "Stopping to keep the reserve of your limits"
-    until = f" (reserved until {cur.until:%Y-%m-%d %H:%M} UTC)" if cur.until else ""
+    line, until = _stop_parts(p, cur)
     tabs = p.obs.tabs or ()
     p.mem = replace(p.mem, reserve_pending=frozenset(t.name for t in tabs if t.at_shell))
     for tab in tabs:
@@ -1059,6 +1106,25 @@ def _reserve_stop(p: _Pass, dets: dict[str, Detection], cur: Candidate) -> None:
     p.mem = replace(p.mem, reserved=f"{line}{until}")
     p.count("RESERVE_STOPS", "$ns", cur.name, "five_hour" if "5-hour" in line else "weekly")
     p.event("Warning", "ReserveReached", f"{line} on {cur.name}{until}")
+
+
+def _stop_parts(p: _Pass, cur: Candidate) -> tuple[str, str]:
+    """(stop line, " (reserved until ...)" or "") of a reserved subscription."""
+    reserve = p.obs.reserves.get(cur.name, Reserve())
+    five, week = reserve.five_hour, reserve.weekly
+    if five and cur.five_hour is not None and cur.five_hour >= 100 - five:
+        line = f"Stopping to keep {_pct(five)}% of your 5-hour limit"
+    elif week:
+        line = f"Stopping to keep {_pct(week)}% of your weekly limit"
+    else:
+        line = "Stopping to keep the reserve of your limits"
+    return line, f" (reserved until {cur.until:%Y-%m-%d %H:%M} UTC)" if cur.until else ""
+
+
+def _stop_line(p: _Pass, cur: Candidate) -> str:
+    """The Reserved condition's message for a reserved subscription (`Memory.reserved`)."""
+    line, until = _stop_parts(p, cur)
+    return f"{line}{until}"
 
 
 def _pct(value: float) -> str:

@@ -103,3 +103,25 @@ def first_to_reset(members: list[Candidate], now: datetime) -> Candidate | None:
     """When the whole group is exhausted: the member whose block ends first (for display)."""
     waiting = [c for c in members if c.until is not None and c.until > now and c.state in ("Exhausted", "Reserved")]
     return min(waiting, key=lambda c: c.until) if waiting else None  # type: ignore[arg-type,return-value]
+
+
+# ---------------------------------------------------------------------------- spec.subscription changed
+def follow_spec(current: str | None, spec_subscription: str | None, rotation: bool,
+                subscriptions: list[Candidate] | tuple[Candidate, ...], provider: str) -> Candidate | None:
+    """The subscription the tab watcher must move the box's live login to because a human changed
+    spec.subscription while rotation is off; None when the box stays where it is.
+
+    None with rotation on (the rotation owns status.subscription), when the box already runs on
+    spec.subscription, and when spec.subscription is not a Subscription of the agent's provider in the
+    namespace (the reconcile reports that on spec.subscription; the box keeps its login).
+
+    Args:
+        current: the subscription the box runs on now (status.subscription, the watcher's memory).
+        spec_subscription: spec.subscription.
+        rotation: spec.whenAgentStops.rotation.enabled.
+        subscriptions: the namespace's Subscriptions (`Candidate`s).
+        provider: the agent's provider ("anthropic" | "openai").
+    """
+    if rotation or not spec_subscription or not current or current == spec_subscription:
+        return None
+    return next((c for c in subscriptions if c.name == spec_subscription and c.provider == provider), None)

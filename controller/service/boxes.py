@@ -64,6 +64,20 @@ async def _selected_group_problem(rt: Runtime, namespace: str, current: str, nam
     return None
 
 
+def _login_problem(loaded: Any, name: str, agent: str, provider: str) -> tuple[str, str, float | None] | None:
+    """Why the login of Subscription `name` (`load_login_of`'s answer) cannot be used by the box: (condition
+    reason, message naming spec.subscription, retry: `_RETRY` or None); None when it is usable. A missing
+    Subscription or an unusable login may be fixed later (retried); a provider mismatch needs a spec change."""
+    if loaded.reason == C.R_SUBSCRIPTION_NOT_FOUND:
+        return C.R_SUBSCRIPTION_NOT_FOUND, loaded.message, _RETRY
+    if loaded.provider != provider:
+        return (C.R_PROVIDER_MISMATCH, f"spec.subscription: Subscription {name!r} is for {loaded.provider}, "
+                f"agent {agent} needs {provider}", None)
+    if not loaded.usable:
+        return loaded.reason, loaded.message, _RETRY
+    return None
+
+
 @dataclass
 class Outcome:
     """Result of one reconcile: status fields to merge, Events to post, whether to retry later."""
@@ -133,19 +147,22 @@ async def reconcile_box(body: dict[str, Any], rt: Runtime) -> Outcome:
             if problem:
                 return _fail(body, rt, C.R_INVALID_SPEC, problem, retry=None)
         current = (body.get("status") or {}).get("subscription")
-        if rot.enabled and current and current != spec.subscription:
-            # The tab watcher moved the box (rotation): keep the login it installed.
+        named = spec.subscription
+        if current and current != spec.subscription:
+            # The box runs on status.subscription: the rotation moved it there (it keeps the login it
+            # installed), or, rotation off, the tab watcher is about to move it to the changed
+            # spec.subscription (it installs that login in the Secret and the live file, then moves
+            # status.subscription: one journaled switch). Checked first, rotation off: spec.subscription.
             if await rt.kube.get_custom(C.SUBSCRIPTION_PLURAL, ns, current) is not None:
                 spec = spec.model_copy(update={"subscription": current})
+        if not rot.enabled and spec.subscription != named:
+            wanted = _login_problem(await load_login_of(rt.kube, ns, named), named, spec.agent, provider)
+            if wanted is not None:  # the box stays on status.subscription; the field is reported
+                return _fail(body, rt, wanted[0], wanted[1], retry=wanted[2])
         loaded = await load_login_of(rt.kube, ns, spec.subscription)
-        if loaded.reason == C.R_SUBSCRIPTION_NOT_FOUND:
-            return _fail(body, rt, C.R_SUBSCRIPTION_NOT_FOUND, loaded.message)
-        if loaded.provider != provider:
-            return _fail(body, rt, C.R_PROVIDER_MISMATCH,
-                         f"spec.subscription: Subscription {spec.subscription!r} is for {loaded.provider}, "
-                         f"agent {spec.agent} needs {provider}", retry=None)
-        if not loaded.usable:
-            return _fail(body, rt, loaded.reason, loaded.message)
+        unusable = _login_problem(loaded, spec.subscription, spec.agent, provider)
+        if unusable is not None:
+            return _fail(body, rt, unusable[0], unusable[1], retry=unusable[2])
         login_text = loaded.text
 
     try:

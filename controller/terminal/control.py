@@ -102,11 +102,20 @@ def supported(version_output: str) -> bool:
 
 
 def attach_argv(session: str = TMUX_SESSION, pause_after_s: int = 5) -> list[str]:
-    """argv of the control client: attach to ``session`` without sizing its windows.
+    """argv of the control client: attach to ``session`` without sizing its windows, and never start a tmux
+    server (``-N``).
+
+    ``attach-session`` starts a server when none runs (tmux 3.3a), which then exits at once for want of a
+    session. While the box has no session yet (its entrypoint has not started it) the stream retries, and a
+    ``tmux new-session`` that reaches such a short-lived server fails ("server exited unexpectedly"; the
+    box image's entrypoint runs under ``set -e``), or makes the box's session on a server our exec started
+    (its environment, not the entrypoint's). ``-N`` (tmux 3.2+, as control mode's client flags) makes an
+    attach without a server fail like any attach without the session.
 
     :param pause_after_s: seconds of unread output after which tmux pauses a pane (flow control).
     """
-    return ["tmux", "-C", "attach-session", "-t", f"={session}", "-f", f"ignore-size,pause-after={pause_after_s}"]
+    return ["tmux", "-N", "-C", "attach-session", "-t", f"={session}", "-f",
+            f"ignore-size,pause-after={pause_after_s}"]
 
 
 def quote(word: str) -> str:
