@@ -97,6 +97,8 @@ def test_a_reset_just_passed_keeps_its_date_across_local_midnight(text, now, tz,
     ("1am", "2026-11-01T06:05:35Z", "2026-11-01T06:00:00Z"),
     ("1:30am", "2026-11-01T05:10:00Z", "2026-11-01T05:30:00Z"),   # during EDT: the first 1:30 (EDT)
     ("1:30am", "2026-11-01T06:20:00Z", "2026-11-01T05:30:00Z"),   # the first passed 50 min ago: re-check now
+    # spring forward on 2026-03-08: 2:30 never shows (no agent prints it); read as before, 3:30 EDT
+    ("2:30am", "2026-03-08T06:00:00Z", "2026-03-08T07:30:00Z"),
 ])
 def test_a_clock_in_the_repeated_dst_hour_is_never_read_a_day_late(text, now, expected):
     assert parse_when(text + " (America/New_York)", at(now), "UTC") == at(expected)

@@ -149,9 +149,13 @@ def _local(zone: tzinfo, day: date, hour: int, minute: int, fold: int = 0) -> da
 
 
 def _both_folds(zone: tzinfo, day: date, hour: int, minute: int) -> list[datetime]:
-    """The instants a wall clock on ``day`` names, earliest first: two in a DST fall-back's repeated hour."""
+    """The instants a wall clock on ``day`` names, earliest first: two in a DST fall-back's repeated hour
+    (a clock in a spring-forward gap, which no agent prints, keeps the one reading of :func:`_local`)."""
     first, second = _local(zone, day, hour, minute), _local(zone, day, hour, minute, fold=1)
-    return [first] if second == first else sorted({first, second})
+    wall = datetime(day.year, day.month, day.day, hour, minute)
+    if second == first or any(i.astimezone(zone).replace(tzinfo=None) != wall for i in (first, second)):
+        return [first]
+    return sorted((first, second))
 
 
 def _clock(hour_s: str, minute_s: str | None, ampm_s: str | None) -> tuple[int, int] | None:
