@@ -10,7 +10,7 @@ import pytest
 
 from controller import constants as C
 from controller.domain.box import (
-    Done, InstallLogin, Memory, PatchStatus, ReadUsage, RemoveLogin, SendContinue, SwitchSubscription, UsageRead,
+    Count, Done, InstallLogin, Memory, PatchStatus, ReadUsage, RemoveLogin, SendContinue, SwitchSubscription, UsageRead,
     memory_from_status,
 )
 from controller.domain.resume import Phase
@@ -57,6 +57,7 @@ def test_a_tab_limited_on_the_old_subscription_is_resumed_on_the_new_one_now():
     assert any(isinstance(a, SendContinue) for a in d.actions)
     assert d.memory.current == "sub-b" and d.status.fields["subscription"] == "sub-b"
     assert events(d).count(("Normal", C.R_SUBSCRIPTION_CHANGED)) == 1
+    assert Count("SWITCHES", ("$ns", "$name", "spec")) in d.actions
     assert ("Normal", "Switched") not in events(d)
     again, _ = run(obs, d.memory)  # once: the next pass does not move it again
     assert not any(isinstance(a, SwitchSubscription) for a in again.actions)
