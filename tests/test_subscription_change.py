@@ -143,3 +143,38 @@ def test_rotation_switched_off_mid_switch_puts_the_login_of_spec_back():
     assert InstallLogin("sub-a", "complete") in d.actions and InstallLogin("sub-c", "complete") not in d.actions
     assert d.memory.current == "sub-a"
     assert any("Stayed on sub-a" in a.message for a in d.actions if hasattr(a, "message"))
+
+
+# ---------------------------------------------------------------------------------------------- login keeper
+@pytest.mark.parametrize("spec, status, to, expected", [
+    ("sub-a", {}, None, "sub-a"),                                                  # never placed
+    ("sub-b", {"subscription": "sub-a"}, None, "sub-a"),                           # not moved yet
+    ("sub-b", {"subscription": "sub-a", "switch": {"to": "sub-b"}}, "sub-b", "sub-b"),  # being moved
+    ("sub-a", {"subscription": "sub-c"}, None, "sub-c"),                           # moved by the rotation
+])
+def test_subscription_of_box(spec, status, to, expected):
+    from controller.domain.rotation import subscription_of_box
+
+    assert subscription_of_box(spec, status.get("subscription"), to) == expected
+
+
+async def test_the_old_subscriptions_keeper_leaves_a_box_being_switched_away():
+    """Between the switch's new login and its status.subscription, the old subscription's login keeper
+    must not count the box as its own (its stale-box sync would write the old login back)."""
+    from types import SimpleNamespace
+
+    from harness.memkube import MemKube
+    from controller.service.logins import LoginKeeper
+
+    kube = MemKube()
+    for name, status in (("moving", {"subscription": "sub-a", "switch": {"to": "sub-b", "step": "InstallLogin"}}),
+                         ("staying", {"subscription": "sub-a"})):
+        kube.objects[(C.AGENTBOX_PLURAL, "ns", name)] = {
+            "metadata": {"name": name, "namespace": "ns"}, "spec": {"agent": "claude-code", "subscription": "sub-b"
+                                                                    if name == "moving" else "sub-a"},
+            "status": status}
+    rt = SimpleNamespace(kube=kube)
+    a = LoginKeeper(rt, "ns", "sub-a", lambda *_: None)
+    b = LoginKeeper(rt, "ns", "sub-b", lambda *_: None)
+    assert [x.name for x in await a._boxes("anthropic")] == ["staying"]
+    assert [x.name for x in await b._boxes("anthropic")] == ["moving"]

@@ -125,3 +125,19 @@ def follow_spec(current: str | None, spec_subscription: str | None, rotation: bo
     if rotation or not spec_subscription or not current or current == spec_subscription:
         return None
     return next((c for c in subscriptions if c.name == spec_subscription and c.provider == provider), None)
+
+
+def subscription_of_box(spec_subscription: str | None, status_subscription: str | None,
+                        switch_to: str | None) -> str | None:
+    """The subscription whose login a box holds, or is being given: the login keeper pushes that one's login.
+
+    During a switch (status.switch, written before the new login is installed and cleared with
+    status.subscription) it is the switch's target, so the old subscription's keeper never writes its
+    login back over the new one; else status.subscription; else spec.subscription (never placed yet).
+
+    Args:
+        spec_subscription: spec.subscription.
+        status_subscription: status.subscription.
+        switch_to: status.switch.to, None when no switch is in progress.
+    """
+    return switch_to or status_subscription or spec_subscription

@@ -9,10 +9,10 @@ subscription's usage reader, so there is one keeper and at most one refresh at a
 2. **Store first.** Write the new login file into the Subscription's Secret (same format, every
    other field and every other key kept) before anything else, so the newest login is never only in
    memory or only in a pod.
-3. **Propagate.** Push it to every box on the subscription (``status.subscription``, else
-   ``spec.subscription``) whose agent uses that provider: the box credentials Secret, and the live
-   login file in the pod **only where one exists** (a box stopped by the reserve has none and stays
-   stopped). Claude Code re-reads its file before every request; a running Codex reloads it when its
+3. **Propagate.** Push it to every box on the subscription (``status.switch.to`` while a switch moves
+   the box, else ``status.subscription``, else ``spec.subscription``) whose agent uses that provider:
+   the box credentials Secret, and the live login file in the pod **only where one exists** (a box
+   stopped by the reserve has none and stays stopped). Claude Code re-reads its file before every request; a running Codex reloads it when its
    in-memory token gets within 5 minutes of expiry and adopts a newer token of the same account
    without refreshing (measured; docs/logins.md). Failed pushes are retried on the next tick.
 4. **Read back (fallback), proven by the provider.** Before spending a refresh token (so also on the
@@ -53,6 +53,7 @@ from controller import metrics
 from controller.agents.adapter import LOGIN_FILE_MISSING_RC
 from controller.agents.registry import login_adapter
 from controller.conditions import set_condition
+from controller.domain.rotation import subscription_of_box
 from controller.providers.credentials import Login, parse_login, token_fingerprint
 from controller.providers.loginfile import login_file
 from controller.service.loginload import LoadedLogin, load_box_login, parse_held_login
@@ -500,8 +501,10 @@ class LoginKeeper:
             status = body.get("status") or {}
             if spec.get("agent") != login_adapter(provider).name:
                 continue
-            if (status.get("subscription") or spec.get("subscription")) != self.name:
-                continue
+            switch = status.get("switch") if isinstance(status.get("switch"), dict) else {}
+            if subscription_of_box(spec.get("subscription"), status.get("subscription"),
+                                   switch.get("to")) != self.name:
+                continue  # another subscription's box, or being switched away from this one
             name = body["metadata"]["name"]
             out.append(_Box(name, body, name, spec.get("container")))
         self._last_boxes = out
