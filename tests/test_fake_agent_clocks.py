@@ -11,9 +11,11 @@ redrawn line shows it), read when printed and again when the operator resumes th
 line still on screen, maybe after local midnight). The reset read back must be the one meant, to the
 minute (both agents drop seconds).
 
-Two readings are ambiguous in the agents' own text and are pinned to the safe side (never later than
+Three readings are ambiguous in the agents' own text and are pinned to the safe side (never later than
 the real reset: the operator re-reads usage at once): a wall clock in the repeated hour of a DST
-fall-back, and a Claude clock alone for a reset 23-24 h ahead (Claude prints a date only beyond 24 h).
+fall-back, a Claude clock alone for a reset 23-24 h ahead (Claude prints a date only beyond 24 h), and a
+Codex clock alone printed in the hour after midnight for a reset 23 h or more later that day (the same
+text as yesterday's reset, just passed, still on screen).
 """
 
 from __future__ import annotations
@@ -137,3 +139,14 @@ def test_a_claude_clock_23_to_24_hours_ahead_is_read_early_never_late():
         reset = printed + timedelta(hours=23, minutes=30)
         got = read_back("claude-code", reset, "UTC", printed, printed)
         assert got is not None and got <= printed, (printed, got)
+
+
+def test_a_codex_clock_23_hours_ahead_printed_just_after_midnight_is_read_early_never_late():
+    """Codex prints the clock alone for any reset on the same local date: printed at 0:20 for 23:50, it is
+    also what yesterday's 23:50 line still on screen says. The product takes the passed one (re-read usage
+    now), so the operator never waits a day past a real reset."""
+    for minutes in (0, 20, 45):
+        printed = datetime(2026, 12, 2, 0, minutes, 10, tzinfo=UTC)
+        reset = datetime(2026, 12, 2, 23, 50, tzinfo=UTC)
+        got = read_back("codex", reset, "UTC", printed, printed)
+        assert got == reset - timedelta(days=1), (printed, got)
