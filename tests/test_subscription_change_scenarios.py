@@ -85,7 +85,7 @@ async def test_a_tab_limited_on_the_old_subscription_resumes_on_the_new_one(worl
     assert [e["text"] for e in submits(world)] == ["continue"]
     assert submits(world)[0]["token"] == "tok-b", "the agent resumed on the new login"
     await eventually(lambda: status(world).get("subscription") == "b", 10)
-    assert "Resumed" in reasons(world)
+    await eventually(lambda: "Resumed" in reasons(world), 10, what="the Resumed Event (posted after the keys)")
 
 
 @pytest.mark.parametrize("to, reason", [("missing", "SubscriptionNotFound"), ("o", "ProviderMismatch")])
