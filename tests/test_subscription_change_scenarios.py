@@ -135,3 +135,18 @@ async def test_with_rotation_on_the_rotation_keeps_the_box_where_it_moved_it(wor
     assert status(world).get("subscription") == "c", "the rotation moved the box; it keeps the login it installed"
     assert "tok-c" in world.box_secret("box")["credentials.json"] and "tok-c" in (world.login_file("box") or "")
     assert "SubscriptionChanged" not in reasons(world)
+
+
+async def test_a_tab_limited_on_both_resumes_at_the_new_subscriptions_reset(world: World):
+    world.start_operator()
+    await subscription(world, "a", 100.0, 3600)   # exhausted for an hour
+    await subscription(world, "b", 100.0, 8)      # exhausted too, resets in 8 s
+    await box_on(world, "a", "--limited-token", "tok-a")
+    await eventually(lambda: any(t.get("state") == "RateLimited" for t in status(world).get("tabs", [])), 20,
+                     what="limited on a")
+    await move(world, "b")
+    await eventually(lambda: status(world).get("subscription") == "b", 15, what="moved to b")
+    await eventually(lambda: "ResetNotYet" in reasons(world), 15, what="b's usage read: not reset yet")
+    assert submits(world) == [], "b is exhausted too: nothing is sent before its reset"
+    await eventually(lambda: submits(world), 30, what="continue at b's reset, not a's")
+    assert submits(world)[0]["token"] == "tok-b"
