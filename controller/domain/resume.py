@@ -162,6 +162,43 @@ def limit_key(det: Detection) -> str:
     return hashlib.sha256(basis.encode()).hexdigest()[:12]
 
 
+_REREAD_SHIFTS = tuple(timedelta(days=days, hours=hours) for days in (1, 7, 365, 366) for hours in (0, -1, 1))
+"""How much later the same printed reset reads when read again after its hour of grace: a clock alone a day
+(the next occurrence, Claude; today's, Codex), a weekday a week, a date without a year a year; an hour either
+way across a DST change."""
+
+
+def first_reading(rec: TabRecord, det: Detection) -> Detection:
+    """`det` with the reset first recorded for its line when it is the same limit line read again later.
+
+    The screen is detected at every pass with that pass's ``now``, and a reset printed without a full date
+    reads relative to it (`controller.domain.timeparse`): "resets 11:30pm" still on screen more than the
+    hour of grace after 23:30 (the usage read said "not yet", a half-typed prompt held the tab, the operator
+    was down) reads as the next day's 23:30, "Wed 11:30pm" as next week's, "Dec 8, 9pm" as next year's. The
+    same text (evidence, kind) whose reading moved by whole days (`_REREAD_SHIFTS`, DST included) is the
+    limit being handled, not a new one: its identity and resume (the usage read's reset) stand. The reading
+    only ever moves earlier here, so the usage read decides (never a continue before a confirmed reset).
+
+    Args:
+        rec: the tab's record (its `limit_key` is the limit being handled, from its first reading).
+        det: this pass's detection.
+    Returns:
+        `det`, or `det` with `resets_at` set to the earlier instant whose `limit_key` is `rec.limit_key`.
+    """
+    if (det.state != TabState.RATE_LIMITED or det.resets_at is None or not rec.limit_key
+            or rec.phase not in (Phase.RATE_LIMITED, Phase.RESUMING, Phase.NEEDS_ATTENTION)
+            or limit_key(det) == rec.limit_key):
+        return det
+    for shift in _REREAD_SHIFTS:
+        try:
+            earlier = replace(det, resets_at=det.resets_at - shift)
+        except OverflowError:
+            return det
+        if limit_key(earlier) == rec.limit_key:
+            return earlier
+    return det
+
+
 def _human_busy(rec: TabRecord, last_input_at: datetime | None, now: datetime, cfg: ResumeConfig) -> datetime | None:
     """When the human's recent typing stops holding us back, or None if it does not."""
     if last_input_at is None:
@@ -197,6 +234,7 @@ def plan_tab(rec: TabRecord, det: Detection, last_input_at: datetime | None, now
         A `TabPlan`; `action` CHECK_USAGE means the handler re-reads usage and calls `after_usage`.
     """
     rec = replace(rec, last_input_at=last_input_at)
+    det = first_reading(rec, det)
     if det.resets_at is not None and plausible_reset(det.resets_at, now) is None:
         det = replace(det, resets_at=None)  # year 9999 and the like: unknown, the usage read decides
 
