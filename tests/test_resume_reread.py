@@ -95,3 +95,41 @@ def test_a_new_limit_with_another_printed_reset_is_still_a_new_limit():
     other = detect("claude-code", "  ⎿  You've hit your 5-hour limit · resets 11:30am (UTC)\n\n> ", now, "UTC")
     plan = plan_tab(first.record, other, None, now, CFG)
     assert plan.event == "LimitDetected" and plan.record.resets_at == datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
+
+
+RELATIVE = {
+    # openai/codex#3489-era Codex prints the wait, not the instant (corpus X02, X04)
+    "codex": ("■ You've hit your usage limit. Upgrade to Plus to continue using Codex "
+              "(https://openai.com/chatgpt/pricing) or try again in 3 hours 2 minutes.\n\n› Ask Codex to do anything",
+              timedelta(hours=3, minutes=2)),
+    "claude-code": ("  ⎿  You've hit your 5-hour limit · resets 8m\n\n> ", timedelta(minutes=8)),
+}
+
+
+@pytest.mark.parametrize("agent", sorted(RELATIVE))
+def test_a_relative_reset_re_read_at_every_pass_does_not_run_away(agent):
+    """'try again in 3 hours 2 minutes' counts from when it was printed; read again at every pass it reads
+    as 3 h 2 min after that pass. Each pass took it for a new limit (another reset minute): a LimitDetected
+    Event a pass and the resume moved on with the clock, never reached. The first reading stands."""
+    screen, wait = RELATIVE[agent]
+    first_seen = datetime(2026, 12, 2, 10, 0, 17, tzinfo=UTC)
+    plan = plan_tab(TabRecord("t"), detect(agent, screen, first_seen, "UTC"), None, first_seen, CFG)
+    assert plan.event == "LimitDetected"
+    resume_at = plan.record.resume_at
+    assert resume_at == first_seen + wait + timedelta(seconds=10)
+    rec, now, events = plan.record, first_seen, []
+    while now < resume_at:
+        now += timedelta(seconds=53)
+        plan = plan_tab(rec, detect(agent, screen, now, "UTC"), None, now, CFG)
+        events += [plan.event] if plan.event else []
+        rec = plan.record
+        assert rec.resume_at in (resume_at, None), (now, rec.resume_at)
+    assert plan.action == Action.CHECK_USAGE and events == [], (now, plan, events)
+
+
+def test_detection_marks_a_relative_reset_and_only_that():
+    now = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+    for agent, (screen, _wait) in RELATIVE.items():
+        assert detect(agent, screen, now, "UTC").reset_relative, agent
+    for name in SCREENS:
+        assert not read(name, now).reset_relative, name

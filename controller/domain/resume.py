@@ -155,9 +155,12 @@ def limit_key(det: Detection) -> str:
 
     The reset counts to the minute only: the same limit read from structured data (exact to the
     second) and from the screen (rounded down to the minute, once the exact reset has dropped out
-    of the structured data at the reset) keeps one identity.
+    of the structured data at the reset) keeps one identity. A reset printed relative to the reading
+    (`Detection.reset_relative`: "try again in 3 hours") does not count: it reads later at every pass.
     """
     minute = det.resets_at.replace(second=0, microsecond=0).isoformat() if det.resets_at else ""
+    if det.reset_relative and det.resets_at is not None:
+        minute = "relative"  # "try again in 3 hours" reads later at every pass: the line is the identity
     basis = f"{det.evidence or ''}|{minute}|{det.kind}"
     return hashlib.sha256(basis.encode()).hexdigest()[:12]
 
@@ -176,8 +179,10 @@ def first_reading(rec: TabRecord, det: Detection) -> Detection:
     hour of grace after 23:30 (the usage read said "not yet", a half-typed prompt held the tab, the operator
     was down) reads as the next day's 23:30, "Wed 11:30pm" as next week's, "Dec 8, 9pm" as next year's. The
     same text (evidence, kind) whose reading moved by whole days (`_REREAD_SHIFTS`, DST included) is the
-    limit being handled, not a new one: its identity and resume (the usage read's reset) stand. The reading
-    only ever moves earlier here, so the usage read decides (never a continue before a confirmed reset).
+    limit being handled, not a new one: its identity and resume (the usage read's reset) stand. A reset
+    printed relative to the moment it is read ("try again in 3 hours 2 minutes", `Detection.reset_relative`)
+    moves with every pass; the same line keeps the reset recorded for it. The reading only ever moves earlier
+    here, so the usage read decides (never a continue before a confirmed reset).
 
     Args:
         rec: the tab's record (its `limit_key` is the limit being handled, from its first reading).
@@ -186,8 +191,12 @@ def first_reading(rec: TabRecord, det: Detection) -> Detection:
         `det`, or `det` with `resets_at` set to the earlier instant whose `limit_key` is `rec.limit_key`.
     """
     if (det.state != TabState.RATE_LIMITED or det.resets_at is None or not rec.limit_key
-            or rec.phase not in (Phase.RATE_LIMITED, Phase.RESUMING, Phase.NEEDS_ATTENTION)
-            or limit_key(det) == rec.limit_key):
+            or rec.phase not in (Phase.RATE_LIMITED, Phase.RESUMING, Phase.NEEDS_ATTENTION)):
+        return det
+    if limit_key(det) == rec.limit_key:
+        if det.reset_relative and rec.resets_at is not None:
+            # "try again in 3 hours 2 minutes" read again: 3 h 2 min after this pass, not the reset meant
+            return replace(det, resets_at=rec.resets_at)
         return det
     for shift in _REREAD_SHIFTS:
         try:
