@@ -46,7 +46,7 @@ RESUMES = _counter("agentbox_resumes_total", "Resumes sent to tabs after a usage
                    "screen_changed: an armed continue not sent, the screen moved before its instant).",
                    ("namespace", "box", "agent", "result"))
 SWITCHES = _counter("agentbox_switches_total", "Boxes switched to another subscription, by trigger "
-                    "(limit | exhausted | reserve | disconnected | deleted).", ("namespace", "box", "reason"))
+                    "(limit | exhausted | reserve | disconnected | deleted | spec: spec.subscription changed, rotation off).", ("namespace", "box", "reason"))
 DETECTIONS = _counter("agentbox_limit_detections_total", "Limit events detected in tabs, by source "
                       "(pattern | user-pattern | marker | usage-api) and kind (usage | credits).",
                       ("namespace", "agent", "source", "kind"))

@@ -10,7 +10,7 @@ import pytest
 
 from controller import constants as C
 from controller.domain.box import (
-    Done, InstallLogin, Memory, PatchStatus, ReadUsage, RemoveLogin, SendContinue, SwitchSubscription, UsageRead,
+    Count, Done, InstallLogin, Memory, PatchStatus, ReadUsage, RemoveLogin, SendContinue, SwitchSubscription, UsageRead,
     memory_from_status,
 )
 from controller.domain.resume import Phase
@@ -57,6 +57,7 @@ def test_a_tab_limited_on_the_old_subscription_is_resumed_on_the_new_one_now():
     assert any(isinstance(a, SendContinue) for a in d.actions)
     assert d.memory.current == "sub-b" and d.status.fields["subscription"] == "sub-b"
     assert events(d).count(("Normal", C.R_SUBSCRIPTION_CHANGED)) == 1
+    assert Count("SWITCHES", ("$ns", "$name", "spec")) in d.actions
     assert ("Normal", "Switched") not in events(d)
     again, _ = run(obs, d.memory)  # once: the next pass does not move it again
     assert not any(isinstance(a, SwitchSubscription) for a in again.actions)
@@ -178,3 +179,20 @@ async def test_the_old_subscriptions_keeper_leaves_a_box_being_switched_away():
     b = LoginKeeper(rt, "ns", "sub-b", lambda *_: None)
     assert [x.name for x in await a._boxes("anthropic")] == ["staying"]
     assert [x.name for x in await b._boxes("anthropic")] == ["moving"]
+
+
+def test_a_tab_mid_resume_is_not_planned_again_by_the_move():
+    """A tab whose resume journal is unfinished (a controller stopped mid-send) is completed from its journal
+    first (never sent twice); only tabs without one are planned again on the new subscription."""
+    from controller.domain.resume import JournalAction, TabRecord, limit_key
+    from controller.domain.box import start_journal
+
+    det = limited(resets_at=NOW - timedelta(seconds=30))
+    journal = start_journal(JournalAction.CONTINUE, NOW - timedelta(seconds=2), limit_key(det), "continue")
+    rec = TabRecord("main", Phase.RESUMING, limit_key=limit_key(det), sent_for=limit_key(det), journal=journal)
+    d, _ = run(observe(tab(det), box=moved(), subs=(A, B)), Memory(current="sub-a", records={"main": rec}))
+    switch = next(a for a in d.actions if isinstance(a, SwitchSubscription))
+    assert switch.limited == ()
+    assert d.memory.current == "sub-b"
+    assert not (d.tab_records["main"].message or "").startswith("Switched to")  # not re-planned by the move
+    assert not any(isinstance(a, ReadUsage) for a in d.actions)  # completed from its journal, no new resume

@@ -1001,6 +1001,7 @@ def _follow_spec(p: _Pass, dets: dict[str, Detection]) -> None:
     for t in limited:
         _resume_on_new(p, t.name, dets[t.name], target.name)
     p.mem = replace(p.mem, current=target.name, pre_switch=frozenset(t.name for t in tabs) - {t.name for t in limited})
+    p.count("SWITCHES", "$ns", "$name", "spec")
     p.event("Normal", C.R_SUBSCRIPTION_CHANGED, f"Moved from {old} to {target.name}: spec.subscription changed "
             "(rotation is off)" + (f"; {len(limited)} limited tab(s) planned again on {target.name}" if limited else ""))
     if p.mem.reserved and target.state == "Reserved":

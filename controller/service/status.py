@@ -108,6 +108,12 @@ class StatusWriter:
                 return True
             return False
 
+    def conditions(self) -> list[dict[str, Any]]:
+        """The newest conditions this writer knows: the caller's copy (`seen`) or, when newer, what the last
+        patch through this writer stored (e.g. the reconcile's Ready, written through the same writer just
+        before it woke the box's watcher, whose copy of the object may not show it yet). A copy."""
+        return [dict(c) for c in (self._stored[0] if self._stored is not None else [])]
+
     def _remember(self, obj: Mapping[str, Any]) -> None:
         """The object as the API server stored it after our patch: its conditions and resourceVersion."""
         self._stored = (list((obj.get("status") or {}).get("conditions") or []),

@@ -116,7 +116,7 @@ class BoxWatcher:
         self._interest = (spec.subscription or "", facts.provider if facts.rotation else None)
         self._note_interest()
         obs = Observation(
-            box=facts, generation=meta.get("generation"), conditions=tuple(status.get("conditions") or []),
+            box=facts, generation=meta.get("generation"), conditions=tuple(self.writer.conditions()),
             state=status.get("state"), usage_max_age_s=s.usage_max_age_s, stall_s=s.stall_s,
             stream_disabled=not s.tmux_stream, scan_interval_s=s.scan_interval_s,
             stream_rescan_s=s.stream_rescan_s,
