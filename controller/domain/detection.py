@@ -671,7 +671,7 @@ def detect_screen(
         timed = [i for i in reversed(block) if _ev(i).resets_at]
         chosen = next((i for i in timed if _ZONED.search(_ev(i).when_text)), timed[0] if timed else None)
         resets_at = _ev(chosen).resets_at if chosen else None
-        relative = bool(chosen) and _ev(chosen).relative
+        relative = chosen is not None and _ev(chosen).relative
         if _ev(newest).cls == "credits":
             resets_at = None
         window = next((_ev(i).window for i in reversed(block) if _ev(i).window), None)
