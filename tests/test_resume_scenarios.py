@@ -252,3 +252,32 @@ async def test_resume_is_also_sent_to_the_webhook(world: World, monkeypatch: pyt
         assert "tok-a" not in body, "no credential in a notification"
     finally:
         await runner.cleanup()
+
+
+async def test_codex_relative_wait_read_at_every_pass_resumes_once(world: World):
+    """Codex printing the wait, not the clock ("try again in 1 minute", corpus X02): every poll reads the same
+    line again with its own `now`, which put the reset a minute after each pass, a new limit each minute (a
+    LimitDetected Event a minute, the resume pushed on and never reached). The first reading stands: one
+    LimitDetected, then `codex resume --last` and one continue after the reset the usage read confirms."""
+    world.start_operator()
+    reset = reset_epoch(20.0)
+    world.provider.add_login("tok-x", "acct-x")
+    world.provider.set_windows("acct-x", five_hour=(100.0, at(reset)), weekly=(10.0, utc_in(86400)))
+    await world.add_secret("codex-login", "auth.json", codex_login("tok-x", "acct-x"))
+    await world.add_subscription("codex-a", "openai", "codex-login", "auth.json")
+    await world.add_box("box-x", "codex", "codex-a")
+    await world.run_pod("box-x", [TabSpec("main", ["codex"])],
+                        shims={"codex": fake_agent_argv("codex", reset, "--relative")})
+    await eventually(lambda: tab_status(world, "box-x", "main").get("state") == "RateLimited", 15,
+                     what="limit detected")
+    assert "try again in 1 minute" in world.screen("box-x", "main")
+    # the first reading: a minute after the limit was seen (+ margin); the passes in that minute read it again
+    await eventually(lambda: submits(world, "box-x", "main"), 60 + world.settings.resume_margin_s + 30,
+                     what="continue after the first reading's reset")
+    log = world.agent_log("box-x", "main")
+    assert [e["argv"] for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
+    assert next(e["t"] for e in log if e["event"] == "submit") >= reset
+    await eventually(lambda: any(e["event"] == "working" for e in world.agent_log("box-x", "main")), 10)
+    assert submits(world, "box-x", "main") == ["continue"]
+    assert [e["reason"] for e in world.events("box-x")].count("LimitDetected") == 1, \
+        [(e["reason"], e["message"]) for e in world.events("box-x")]
