@@ -611,11 +611,32 @@ def test_what_wakes_the_live_stream_is_what_a_decision_reads():
     assert agent_ready(IDLE) and not agent_ready(Detection(TabState.WORKING))
 
 
+@pytest.mark.parametrize("connected,why,failures,max_failures,reason", [
+    (True, None, 0, 5, C.R_STREAMING),
+    (True, None, 7, 5, C.R_STREAMING),             # attached again (a retry after giving up): streaming
+    (False, None, 0, 5, C.R_STREAM_RECONNECTING),
+    (False, None, 4, 5, C.R_STREAM_RECONNECTING),  # one failure short of giving up
+    (False, "the tmux control stream failed 5 times", 5, 5, C.R_STREAM_UNUSABLE),  # given up at max_failures
+    (False, None, 6, 5, C.R_STREAM_UNUSABLE),      # given up, no reason given: worded anyway
+    (False, "no tmux", 0, 5, C.R_NO_CONTROL_MODE),  # control mode cannot be used: not a failure count
+    (False, "no tmux", 1, 1, C.R_STREAM_UNUSABLE),
+])
+def test_the_stream_is_given_up_when_its_failures_reach_the_most_allowed(
+        connected: bool, why: str | None, failures: int, max_failures: int, reason: str):
+    from controller.domain.box import stream_given_up
+
+    stream = StreamView(connected, why, failures, max_failures, "u1")
+    assert stream_given_up(stream) == (failures >= max_failures)
+    d, _ = run(observe(tab(IDLE), stream=stream), Memory())
+    assert cond(d, C.COND_TERMINAL_STREAM)["reason"] == reason
+    assert (("Warning", C.R_STREAM_UNUSABLE) in events(d)) == (reason == C.R_STREAM_UNUSABLE)
+
+
 def test_a_snapshot_written_ahead_announces_nothing_so_the_replay_matches():
     """The status an incomplete decision is written ahead with announces nothing (the stream given up
     is warned once, by the complete decision): an Event after the waiting action broke the replay
     (ReplayMismatch on every pass of a box whose stream was given up)."""
-    gone = StreamView(connected=False, why="output flood", given_up=True, pod="u1")
+    gone = StreamView(connected=False, why="output flood", failures=3, max_failures=3, pod="u1")
     d, steps = run(observe(tab(IDLE), stream=gone), Memory())  # run() checks the replay property
     assert len(steps) == 2 and steps[0].actions == (ReadStructured("claude-code", NOW),)
     assert events(d) == [("Warning", C.R_STREAM_UNUSABLE)]

@@ -183,14 +183,29 @@ class StreamView:
     Attributes:
         connected: the stream is attached.
         why: why control mode cannot be used ("no tmux", an old tmux...), None when it may come back.
-        given_up: it failed too often; the box is polled until its pod changes.
+        failures: consecutive streams the box's side broke (`BoxStream.failures`).
+        max_failures: the failures after which streaming is given up (`BoxStream.max_failures`); whether it
+            is, is `stream_given_up`'s to say.
         pod: uid of the pod the stream belongs to (one StreamUnusable Warning per pod).
     """
 
     connected: bool
     why: str | None = None
-    given_up: bool = False
+    failures: int = 0
+    max_failures: int = 5
     pod: str | None = None
+
+
+def stream_given_up(stream: StreamView) -> bool:
+    """The live stream failed too often: the box is polled (TerminalStream False, StreamUnusable, one Warning
+    per pod) until a retry lives.
+
+    Args:
+        stream: the stream's raw state (consecutive failures and the most allowed, counts).
+    Returns:
+        True when `failures` reached `max_failures`.
+    """
+    return stream.failures >= stream.max_failures
 
 
 CAPTURE_NO_SESSION = "no_session"
@@ -1574,7 +1589,7 @@ def _tabs_status(p: _Pass, obs: Observation, problem: tuple[str, str] | None = N
         if stream.connected:
             conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, C.R_STREAMING,
                                   "The live tmux stream is attached", now, gen)
-        elif stream.given_up:
+        elif stream_given_up(stream):
             why = f"Polling the tabs: {stream.why or 'the live tmux stream failed again and again'}"
             conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_UNUSABLE, why, now, gen)
             if p.mem.stream_warned != stream.pod:

@@ -256,8 +256,8 @@ class BoxWatcher:
     def _stream_state(self) -> StreamView | None:
         if self.stream is None:
             return None
-        return StreamView(self.stream.connected, self.stream.unavailable,
-                          self.stream.failures >= self.stream.max_failures, self._stream_pod)
+        return StreamView(self.stream.connected, self.stream.unavailable, self.stream.failures,
+                          self.stream.max_failures, self._stream_pod)
 
     def _screen_ready(self, term: BoxTerminal, agent: str, tz: str, patterns: list[Any]) -> Any:
         async def ready(pane: str) -> bool:
