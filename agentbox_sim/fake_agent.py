@@ -75,12 +75,27 @@ def codex_clock(at: datetime, zone: str, now: datetime) -> str:
     return f"{local:%b} {day}{suffix}, {local.year} {clock}"
 
 
-def limit_lines(agent: str, reset_epoch: float, zone: str, now: datetime, auto_continue: bool = False) -> list[str]:
+def codex_wait(at: datetime, now: datetime) -> str:
+    """Codex's relative form of the wait until ``at`` (the CLI before its absolute clock, corpus X02/X04):
+    "in 5 days 22 hours 11 minutes", "in 1 minute"; whole minutes, rounded up, zero parts left out."""
+    minutes = max(1, -int(-(at - now).total_seconds() // 60))
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    parts = [f"{n} {unit}{'s' if n != 1 else ''}" for n, unit in ((days, "day"), (hours, "hour"), (mins, "minute")) if n]
+    return "in " + " ".join(parts)
+
+
+def limit_lines(agent: str, reset_epoch: float, zone: str, now: datetime, auto_continue: bool = False,
+                relative: bool = False) -> list[str]:
     """The lines the fake agent prints when it hits its limit at ``now``, a reset at ``reset_epoch``
-    (epoch seconds) shown in ``zone``: Codex's `■ … try again at <codex_clock>.`, Claude Code's
-    `⎿  You've hit your 5-hour limit · resets <claude_clock> (<zone>)` and, with ``auto_continue``, its
-    native-wait line. Pure: tests read these lines back with the product's parser at any ``now``."""
+    (epoch seconds) shown in ``zone``: Codex's `■ … try again at <codex_clock>.` (with ``relative``,
+    `🖐  … try again in <codex_wait>.`), Claude Code's `⎿  You've hit your 5-hour limit · resets
+    <claude_clock> (<zone>)` and, with ``auto_continue``, its native-wait line. Pure: tests read these
+    lines back with the product's parser at any ``now``."""
     at = datetime.fromtimestamp(reset_epoch, timezone.utc)
+    if agent == "codex" and relative:
+        return ["", "🖐  You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try "
+                f"again {codex_wait(at, now)}.", ""]
     if agent == "codex":
         return ["", "■ You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit "
                 "https://chatgpt.com/settings/usage to purchase more credits or try again at "
@@ -168,7 +183,7 @@ class FakeAgent:
     def hit_limit(self) -> None:
         _log("limit", reset=self.reset)
         self.say(*limit_lines(self.agent, self.reset, self.zone, datetime.now(timezone.utc),
-                              bool(self.ns.auto_continue)))
+                              bool(self.ns.auto_continue), bool(self.ns.relative)))
         if self.agent == "codex":
             self.mode = "limited"
         elif self.ns.auto_continue:
@@ -335,7 +350,8 @@ class FakeAgent:
 
     def hit_limit_shown_only(self) -> None:
         """`codex resume --last` redraws the transcript with the old limit line, then an idle composer."""
-        self.say(*limit_lines("codex", self.reset, self.zone, datetime.now(timezone.utc)))
+        self.say(*limit_lines("codex", self.reset, self.zone, datetime.now(timezone.utc),
+                              relative=bool(self.ns.relative)))
         self.mode = "limited"
         self.redraw()
 
@@ -347,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reset-epoch", type=float, required=True, help="the usage reset instant, epoch seconds")
     p.add_argument("--zone", default="UTC", help="the agent's local zone")
     p.add_argument("--auto-continue", action="store_true", help="Claude Code: native wait at the limit")
+    p.add_argument("--relative", action="store_true", help="Codex: print the wait ('try again in 2 minutes'), "
+                   "not the clock")
     p.add_argument("--auto-continue-after", type=float, default=3.0, help="seconds after the reset it fires")
     p.add_argument("--auto-continue-fails", action="store_true", help="the native wait never fires")
     p.add_argument("--menu", action="store_true", help="Claude Code: open the rate-limit options menu")

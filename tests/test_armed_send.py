@@ -311,3 +311,47 @@ def test_type_instant_leaves_the_pause_and_the_write_budget_before_not_before():
     assert ex._type_at(at) == at - timedelta(seconds=0.8)
     assert ex._type_at(None) is None
     assert replace(start_journal(JournalAction.CONTINUE, at, None, None), not_before=at).not_before == at
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("how", ["batch", "journal"])
+async def test_a_human_typing_while_the_enter_step_is_written_holds_the_armed_enter(box, mode: str, how: str):
+    """Between our typing and the armed Enter, the Enter step is written to status (write-ahead). That write may
+    take most of the write budget (seconds on a loaded API server). A human who types during it typed after our
+    text: their keys must not be submitted with ours. The screen Enter is guarded by is the one right after our
+    typing, not the one after the write (that one already shows the human's keys, and Enter submitted
+    'continue please')."""
+    client, log = box
+    term, stream, rec, main, screen = await setup(client, mode)
+    try:
+        not_before, journal, action = armed_send(main, screen, 3)
+        if how == "journal":  # a journal completed from its Type step (a recovery, a restart-and-continue)
+            action = RunJournal("main", main.pane_id, journal.at(Step.TYPE, datetime.now(timezone.utc)), "recover",
+                                expect=screen_digest(screen))
+        flushes: list[tuple[float, Any]] = []
+        ex = executor(term, main, flushes)
+        ex.rt.settings = ex.rt.settings.model_copy(update={"resume_write_budget_s": 1.5})
+        plain = ex.flush
+
+        async def slow_write(status: BoxStatus) -> None:
+            await plain(status)
+            if any((tab.get("journal") or {}).get("step") == "Enter" for tab in status.fields.get("tabs") or []):
+                # The write of the Enter step is in flight: a human types into the prompt, after our text.
+                assert (await client.run("default", "box", "box",
+                                         tmux.send_text_argv(main.pane_id, " please"))).rc == 0
+
+                async def shown() -> bool:
+                    out = await client.run("default", "box", "box", tmux.capture_one_argv(main.pane_id))
+                    return "continue please" in out.stdout
+                await until(shown, what="the human's keys after our text")
+        ex.flush = slow_write
+        await ex.run(decision(action, journal))
+        res = ex.results[action]
+        res = res[0] if isinstance(res, tuple) else res
+        assert received(log) == [], "nothing was submitted: the human's keys are not sent with ours"
+        assert res.held and not res.ok and res.entered_at is None and res.step == Step.ENTER
+        out = await client.run("default", "box", "box", tmux.capture_one_argv(main.pane_id))
+        assert "continue please" in out.stdout, "both stay in the prompt for the human"
+    finally:
+        if stream is not None:
+            await stream.aclose()

@@ -110,6 +110,10 @@ def test_codex_absolute_recovers_instant(now, minutes, zone, style, apostrophe):
     tz = ZoneInfo(zone)
     assume(_unambiguous(instant, tz))
     local = instant.astimezone(tz)
+    # A clock alone more than 23 h ahead (printed in the first hour after local midnight) is also the same clock
+    # of the hour just past, re-read across midnight: the parser takes the past reading, so that the usage is
+    # re-read at once (tests/test_fake_agent_clocks.py pins it). Only the unambiguous prints are recovered here.
+    assume(not (local.date() == now.astimezone(tz).date() and instant - now > timedelta(hours=23)))
     if local.date() == now.astimezone(tz).date():
         when = codex_clock(local)
     elif style == "ordinal":

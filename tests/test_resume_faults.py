@@ -232,7 +232,7 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     """Rotation moves a limited Codex box to another subscription (Ctrl-C twice, new auth.json, relaunch,
     continue). Killed mid-switch, the restarted controller finds status.switch and completes it: the new
     login in place, the agent relaunched once, one continue on the new account."""
-    from tests.test_rotation_scenarios import sub_state
+    from tests.test_rotation_scenarios import codex_subscription, sub_state
 
     skip, when, mode = (0, "before", "drop") if point == "before-first-ctrl-c" else (1, "after", "pass")
     use_mode(world, terminal)
@@ -241,10 +241,7 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     world.start_operator()
     # Both subscriptions look available: the switch is triggered by the limit line itself, once the tab shows it.
     for name, five in (("a", 10.0), ("b", 10.0)):
-        world.provider.add_login(f"tok-{name}", f"acct-{name}")
-        world.provider.set_windows(f"acct-{name}", five_hour=(five, utc_in(3600)), weekly=(5.0, utc_in(86400)))
-        await world.add_secret(f"login-{name}", "auth.json", codex_login(f"tok-{name}", f"acct-{name}"))
-        await world.add_subscription(name, "openai", f"login-{name}", "auth.json")
+        await codex_subscription(world, name, five)
     await sub_state(world, "a", "Available")
     await sub_state(world, "b", "Available")
     await world.add_box("box", "codex", "a", whenAgentStops={"rotation": {"enabled": True}})

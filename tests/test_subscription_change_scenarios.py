@@ -150,3 +150,39 @@ async def test_a_tab_limited_on_both_resumes_at_the_new_subscriptions_reset(worl
     assert submits(world) == [], "b is exhausted too: nothing is sent before its reset"
     await eventually(lambda: submits(world), 30, what="continue at b's reset, not a's")
     assert submits(world)[0]["token"] == "tok-b"
+
+
+@pytest.mark.parametrize("terminal", ["poll", "stream"])
+async def test_a_codex_move_killed_midway_is_completed_once_on_the_new_login(world: World, terminal: str):
+    """The move is the rotation's journaled switch: a Codex tab stopped on a's limit gets Ctrl-C twice before
+    the new auth.json goes in. Killed right after the first Ctrl-C, the restarted controller finds
+    status.switch and completes it: b's login in place, status on b, the agent relaunched once, one continue
+    on b's account."""
+    from agentbox_sim.kube import ExecFault
+    from tests.test_resume_faults import ctrl_c, inject, use_mode
+    from tests.test_rotation_scenarios import codex_subscription
+
+    use_mode(world, terminal)
+    fault = inject(world, terminal, ExecFault(mode="pass", pod="box", match=ctrl_c, when="after",
+                                              on_match=world.kill_operator_now))
+    world.start_operator()
+    for name, five in (("a", 100.0), ("b", 10.0)):
+        await codex_subscription(world, name, five)
+    await world.add_box("box", "codex", "a", whenAgentStops={"resumeAfterReset": True})
+    await world.run_pod("box", [TabSpec("main", ["codex"])], shims={"codex": fake_agent_argv(
+        "codex", time.time() + 3600, "--limited-token", "tok-a")})
+    await eventually(lambda: any(t.get("state") == "RateLimited" for t in status(world).get("tabs", [])), 30,
+                     what="limited on a")
+    await move(world, "b")
+    await eventually(lambda: fault.hits, 30, what="the kill point (the first Ctrl-C of the move)")
+    await world.kill_operator()
+    assert (status(world).get("switch") or {}).get("to") == "b" and status(world).get("subscription") == "a"
+    world.start_operator()
+    await eventually(lambda: submits(world), 40, what="continue on b after the restart")
+    await asyncio.sleep(world.settings.settle_s + 2)
+    log = world.agent_log("box", "main")
+    subs = [e for e in log if e["event"] == "submit"]
+    assert [e["text"] for e in subs] == ["continue"] and subs[0]["token"] == "tok-b"
+    assert [e.get("argv") for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
+    assert status(world).get("subscription") == "b" and "switch" not in status(world)
+    assert "tok-b" in world.box_secret("box")["auth.json"] and "tok-b" in (world.login_file("box", "codex") or "")

@@ -116,3 +116,14 @@ def test_span_names_what_was_read():
 ])
 def test_impossible_or_absurd_times_are_none(text):
     assert parse_when(text, NOW, "UTC") is None
+
+
+def test_is_relative_names_the_forms_that_count_from_now():
+    """A relative reset reads later at every later ``now`` (the planner keeps its first reading)."""
+    from controller.domain.timeparse import is_relative
+
+    for span in ("in 3 hours 2 minutes", "8m", "3h 20m", "in 5 days 22 hours 11 minutes", "after 5 minutes"):
+        assert is_relative(span), span
+    for span in ("5:13pm (UTC)", "at 11:59 PM", "Mon 12:00am", "Dec 8, 11:59pm", "2026-04-21 02:53", "|1755615600",
+                 "21 de abr. de 2026 02:53", "8pm", "12am", ""):
+        assert not is_relative(span), span

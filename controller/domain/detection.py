@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from controller.domain.timeparse import from_parts, parse_when_span
+from controller.domain.timeparse import from_parts, is_relative, parse_when_span
 from controller.domain.types import (
     WINDOW_FIVE_HOUR,
     WINDOW_MONTHLY,
@@ -332,6 +332,7 @@ class _Event:
     auto: bool = False
     family: str = ""         # the profile family that matched (usage, credits, auto_continue, ...)
     when_text: str = ""      # the time expression that was parsed ("resets 5:13pm (UTC)")
+    relative: bool = False   # that expression counts from now ("try again in 3 hours 2 minutes")
     why: str = ""            # a note for `detect --explain` (e.g. "a spend cap that names a reset")
 
 
@@ -415,9 +416,10 @@ def _find_time(
     now: datetime,
     tz: str,
     rule: str,
-) -> tuple[datetime | None, str, int]:
+) -> tuple[datetime | None, str, int, bool]:
     """The reset instant a limit line names: ``(instant or None, the time expression read,
-    position in ``text`` where the reset clause starts or -1)``.
+    position in ``text`` where the reset clause starts or -1, relative)``; ``relative`` True when the
+    expression counts from ``now`` ("try again in 3 hours 2 minutes", "resets 8m": read later, it reads later).
 
     A ``when`` group or time-part groups of the match decide (user patterns); otherwise the first
     reset clause of the profile ("resets", "try again", "until", …) after the match, in the line
@@ -427,24 +429,25 @@ def _find_time(
     groups = m.groupdict()
     if groups.get("when"):
         instant, span = parse_when_span(groups["when"], now, tz, rule)  # type: ignore[arg-type]
-        return instant, span, m.start(m.re.groupindex["when"])  # re2 takes group numbers only
+        return instant, span, m.start(m.re.groupindex["when"]), is_relative(span)  # re2: group numbers only
     parts = {k: groups.get(k) for k in _TIME_KEYS if groups.get(k)}
     if parts:
-        return from_parts(parts, now, tz, rule), m.group(0), m.start()  # type: ignore[arg-type]
+        return (from_parts(parts, now, tz, rule), m.group(0), m.start(),  # type: ignore[arg-type]
+                any(k.startswith("rel_") for k in parts) and not parts.get("epoch"))
     clause = profile.reset_clause if profile is not None else None
     if clause is None:
-        return None, "", -1
+        return None, "", -1, False
     # right after the phrase ("continuing automatically at 7pm", "usage limit reached|1755615600")
     instant, span = parse_when_span(text[m.end():m.end() + 200], now, tz, rule)  # type: ignore[arg-type]
     if instant is not None:
-        return instant, span, m.end()
+        return instant, span, m.end(), is_relative(span)
     for source, offset in ((text[m.end():], m.end()), (tail, -1)):
         for c in clause.finditer(source[:_MAX_LINE_CHARS]):
             instant, span = parse_when_span(source[c.end():], now, tz, rule)  # type: ignore[arg-type]
             if instant is not None:
                 return instant, f"{c.group(0)}{span_raw(source[c.end():], span)}".strip(), \
-                    (offset + c.start() if offset >= 0 else -1)
-    return None, "", -1
+                    (offset + c.start() if offset >= 0 else -1), is_relative(span)
+    return None, "", -1, False
 
 
 def span_raw(after: str, span: str) -> str:
@@ -499,8 +502,8 @@ def _classify(
                 continue
             event = _Event(cls, f"pattern:{profile.agent}/{pattern.name}", family=attr)
             if cls in ("usage", "auto", "credits"):
-                instant, when_text, clause = _find_time(profile, m, text, tail, now, tz, rule)
-                event.resets_at, event.when_text = instant, when_text
+                instant, when_text, clause, relative = _find_time(profile, m, text, tail, now, tz, rule)
+                event.resets_at, event.when_text, event.relative = instant, when_text, relative
                 if cls == "credits":
                     if instant is not None:
                         # a spend cap that names a session/weekly reset is lifted by it (corpus README)
@@ -532,7 +535,7 @@ def _classify(
             event = _Event(cls, f"user-pattern:{number}", window=_window_of(m.groupdict().get("window")),
                            family="user pattern")
             if cls == "usage":
-                event.resets_at, event.when_text, _ = _find_time(None, m, clipped, "", now, tz, rule)
+                event.resets_at, event.when_text, _, event.relative = _find_time(None, m, clipped, "", now, tz, rule)
             info.event = event
             break
     if info.event is None:
@@ -668,6 +671,7 @@ def detect_screen(
         timed = [i for i in reversed(block) if _ev(i).resets_at]
         chosen = next((i for i in timed if _ZONED.search(_ev(i).when_text)), timed[0] if timed else None)
         resets_at = _ev(chosen).resets_at if chosen else None
+        relative = chosen is not None and _ev(chosen).relative
         if _ev(newest).cls == "credits":
             resets_at = None
         window = next((_ev(i).window for i in reversed(block) if _ev(i).window), None)
@@ -676,7 +680,8 @@ def detect_screen(
         auto = auto_idx >= 0 and not cancelled
         if foot_auto is not None and not foot_cancel:
             auto = True  # the footer is the live status: "Continuing automatically at … · Esc to cancel"
-            resets_at = resets_at or _ev(foot_auto).resets_at
+            if resets_at is None:
+                resets_at, relative = _ev(foot_auto).resets_at, _ev(foot_auto).relative
         elif foot_cancel:
             auto = False
         if auto_idx >= 0 and cancelled:
@@ -693,7 +698,7 @@ def detect_screen(
         name = _ev(foot_auto).name if auto and foot_auto is not None and auto_idx < 0 and newest.idx < 0 \
             else _ev(newest).name
         return Detection(TabState.RATE_LIMITED, kind, resets_at, window, auto, is_limit_menu,
-                         menu_choice, prompt, newest.line.text, name)
+                         menu_choice, prompt, newest.line.text, name, reset_relative=relative and resets_at is not None)
 
     if newest is None and is_limit_menu:
         # the options menu is open but its limit line scrolled away: still a usage stop

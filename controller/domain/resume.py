@@ -155,11 +155,57 @@ def limit_key(det: Detection) -> str:
 
     The reset counts to the minute only: the same limit read from structured data (exact to the
     second) and from the screen (rounded down to the minute, once the exact reset has dropped out
-    of the structured data at the reset) keeps one identity.
+    of the structured data at the reset) keeps one identity. A reset printed relative to the reading
+    (`Detection.reset_relative`: "try again in 3 hours") does not count: it reads later at every pass.
     """
     minute = det.resets_at.replace(second=0, microsecond=0).isoformat() if det.resets_at else ""
+    if det.reset_relative and det.resets_at is not None:
+        minute = "relative"  # "try again in 3 hours" reads later at every pass: the line is the identity
     basis = f"{det.evidence or ''}|{minute}|{det.kind}"
     return hashlib.sha256(basis.encode()).hexdigest()[:12]
+
+
+_REREAD_SHIFTS = tuple(timedelta(days=days, hours=hours) for days in (1, 7, 365, 366) for hours in (0, -1, 1))
+"""How much later the same printed reset reads when read again after its hour of grace: a clock alone a day
+(the next occurrence, Claude; today's, Codex), a weekday a week, a date without a year a year; an hour either
+way across a DST change."""
+
+
+def first_reading(rec: TabRecord, det: Detection) -> Detection:
+    """`det` with the reset first recorded for its line when it is the same limit line read again later.
+
+    The screen is detected at every pass with that pass's ``now``, and a reset printed without a full date
+    reads relative to it (`controller.domain.timeparse`): "resets 11:30pm" still on screen more than the
+    hour of grace after 23:30 (the usage read said "not yet", a half-typed prompt held the tab, the operator
+    was down) reads as the next day's 23:30, "Wed 11:30pm" as next week's, "Dec 8, 9pm" as next year's. The
+    same text (evidence, kind) whose reading moved by whole days (`_REREAD_SHIFTS`, DST included) is the
+    limit being handled, not a new one: its identity and resume (the usage read's reset) stand. A reset
+    printed relative to the moment it is read ("try again in 3 hours 2 minutes", `Detection.reset_relative`)
+    moves with every pass; the same line keeps the reset recorded for it. The reading only ever moves earlier
+    here, so the usage read decides (never a continue before a confirmed reset).
+
+    Args:
+        rec: the tab's record (its `limit_key` is the limit being handled, from its first reading).
+        det: this pass's detection.
+    Returns:
+        `det`, or `det` with `resets_at` set to the earlier instant whose `limit_key` is `rec.limit_key`.
+    """
+    if (det.state != TabState.RATE_LIMITED or det.resets_at is None or not rec.limit_key
+            or rec.phase not in (Phase.RATE_LIMITED, Phase.RESUMING, Phase.NEEDS_ATTENTION)):
+        return det
+    if limit_key(det) == rec.limit_key:
+        if det.reset_relative and rec.resets_at is not None:
+            # "try again in 3 hours 2 minutes" read again: 3 h 2 min after this pass, not the reset meant
+            return replace(det, resets_at=rec.resets_at)
+        return det
+    for shift in _REREAD_SHIFTS:
+        try:
+            earlier = replace(det, resets_at=det.resets_at - shift)
+        except OverflowError:
+            return det
+        if limit_key(earlier) == rec.limit_key:
+            return earlier
+    return det
 
 
 def _human_busy(rec: TabRecord, last_input_at: datetime | None, now: datetime, cfg: ResumeConfig) -> datetime | None:
@@ -197,6 +243,7 @@ def plan_tab(rec: TabRecord, det: Detection, last_input_at: datetime | None, now
         A `TabPlan`; `action` CHECK_USAGE means the handler re-reads usage and calls `after_usage`.
     """
     rec = replace(rec, last_input_at=last_input_at)
+    det = first_reading(rec, det)
     if det.resets_at is not None and plausible_reset(det.resets_at, now) is None:
         det = replace(det, resets_at=None)  # year 9999 and the like: unknown, the usage read decides
 

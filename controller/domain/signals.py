@@ -47,7 +47,7 @@ def merge(det: Detection, usage: Usage | None, source: str, now: datetime) -> De
         return det
     window, reset = hit
     if det.state == TabState.RATE_LIMITED and det.kind == LimitKind.USAGE:
-        return replace(det, resets_at=reset, window=det.window or window,
+        return replace(det, resets_at=reset, window=det.window or window, reset_relative=False,
                        detected_by=f"structured:{source}+{det.detected_by}")
     if det.state in (TabState.IDLE, TabState.UNKNOWN):
         return Detection(TabState.RATE_LIMITED, LimitKind.USAGE, reset, window, prompt_text=det.prompt_text,

@@ -309,6 +309,19 @@ def _valid(year: int, month: int, day_n: int) -> bool:
     return True
 
 
+def is_relative(span: str) -> bool:
+    """Whether ``span`` (a time expression as :func:`parse_when_span` returns it) counts from ``now``:
+    "in 2 days 3 hours 4 minutes", "8m", "3h 20m" (True); a clock, date, weekday, ISO instant or epoch (False).
+    Such a reading moves with the ``now`` it is read at; only the first reading of a line is the one meant."""
+    text = span.strip()
+    lead = _RE_LEAD.match(text)
+    text = text[lead.end():] if lead else text
+    if not text or _RE_ISO.match(text) or _RE_EPOCH.match(text):
+        return False
+    m = _RE_REL.match(text)
+    return bool(m and any(m.groupdict().values()))
+
+
 def parse_when(
     text: str,
     now: datetime,

@@ -71,6 +71,9 @@ class Detection:
         evidence: the (joined) screen line that decided, or None.
         detected_by: which rule decided, e.g. "pattern:claude-code/hit-your-limit",
             "user-pattern:0", "structured:statusline"; "" when nothing matched.
+        reset_relative: ``resets_at`` was printed relative to the moment the screen is read ("try again in
+            3 hours 2 minutes", "resets 8m"): every later reading of the same line moves with ``now``; the
+            first reading is the one meant (see ``controller.domain.resume.limit_key``).
     """
 
     state: TabState
@@ -83,6 +86,7 @@ class Detection:
     prompt_text: str | None = None
     evidence: str | None = None
     detected_by: str = ""
+    reset_relative: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """Corpus-shaped dict: state, kind, resets_at (RFC 3339 UTC 'Z' or None), window,

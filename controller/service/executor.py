@@ -13,8 +13,9 @@ box while it waits to type (`Runtime.box_changes`: the box's spec or a resume an
 the box was deleted) cancels it: nothing is typed and the next pass decides again; other wake-ups are kept for
 the next pass. Right before the first key the screen is compared with the one the decision was made on
 (`expect`, `screen_digest`): a tab whose screen differs gets nothing (`Performed.screen_changed`); right before
-the armed Enter, with the screen after our typing: a tab whose screen moved since (a human typed after our
-text) gets no Enter (`Performed.held`; its journal stays at Enter). The comparisons are the decision's
+the armed Enter, with the screen right after our typing (taken before the Enter step's status write, so keys
+typed during that write count): a tab whose screen moved since (a human typed after our text) gets no Enter
+(`Performed.held`; its journal stays at Enter). The comparisons are the decision's
 conditions, checked mechanically; on the live stream the screen comes from the stream's cache when tmux
 reported no output since.
 """
@@ -361,9 +362,17 @@ class Executor:
                 typing += ([";"] if i else []) + tmux.send_text_argv(panes[name], text)[1:]
             await term.run(typing)
             typed = time.monotonic()
-            await self._advance(sending, Step.ENTER)
-            await asyncio.sleep(max(0.0, term.send_pause_s - (time.monotonic() - typed)))
-            before = await term.capture_all(tabs)
+            if action.not_before is not None:
+                # Armed: the screen the Enter is guarded by is the one right after our typing, taken before the
+                # Enter step's write (which may take most of the write budget): keys a human types during that
+                # write come after our text and must hold the Enter too.
+                await asyncio.sleep(term.send_pause_s)
+                before = await term.capture_all(tabs)
+                await self._advance(sending, Step.ENTER)
+            else:
+                await self._advance(sending, Step.ENTER)
+                await asyncio.sleep(max(0.0, term.send_pause_s - (time.monotonic() - typed)))
+                before = await term.capture_all(tabs)
             await self._until(action.not_before)
             if action.not_before is not None:
                 # Armed: the text waited in the prompt; Enter only where the screen is still the one after our
@@ -437,6 +446,7 @@ class Executor:
             if screen is None or screen_digest(screen) != expect:
                 return Performed(tab, False, self.rt.clock(), None, False, text, argv, keys, screen_changed=True)
         restarted = False
+        typed_screen: str | None = None  # armed: the screen right after our typing, before the Enter step's write
         for i, step in enumerate(steps):
             if i:
                 await self._advance([tab], step)
@@ -457,8 +467,11 @@ class Executor:
                 await self._until(self._type_at(not_before))
                 await term.run(tmux.send_text_argv(pane, text))
                 await asyncio.sleep(s.send_pause_s)
+                if not_before is not None:
+                    # Taken before the Enter step is written: keys a human types during that write hold the Enter.
+                    typed_screen = await term.capture(pane)
             elif step in (Step.ENTER, Step.PRESS):
-                before = await term.capture(pane)
+                before = typed_screen if typed_screen is not None else await term.capture(pane)
                 if step == Step.ENTER and not_before is not None and not_before > self.rt.clock():
                     await self._until(not_before)
                     # Armed: Enter only if the screen is still the one after our typing (a human's keys typed
