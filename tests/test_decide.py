@@ -317,11 +317,50 @@ def test_missing_pod_is_created_and_ready_says_why():
     from controller.domain.box import CreatePod, PodCreated, PodFacts
 
     obs = replace(observe(), tabs=None, pod=None, pod_facts=PodFacts("box", None, desired_hash="h1"))
-    d, _ = run(obs, Memory(), lambda a: PodCreated((("Normal", "CreatedPod", "Created Pod box"),), True)
+    d, _ = run(obs, Memory(), lambda a: PodCreated((("Normal", "CreatedPod", "Created Pod box"),))
                if isinstance(a, CreatePod) else ok(a))
     assert CreatePod("box") in d.actions and ("Normal", "CreatedPod") in events(d)
     assert d.period_s == 1.0 and d.next_pass_in(NOW) == 1.0 and d.status.fields == {"state": "Pending", "pod": "box"}  # type: ignore[union-attr]
     assert cond(d, C.COND_READY)["reason"] == "PodMissing" and "created a new one" in cond(d, C.COND_READY)["message"]
+
+
+_CREATED = ("Normal", "CreatedPod", "Created Pod box")
+_SECRET = ("Normal", "CreatedSecret", "Created Secret box-credentials")
+_MISSING = ("Warning", "SubscriptionNotFound", "Subscription sub-a not found")
+
+
+@pytest.mark.parametrize("events,retry_after_s,created,retry", [
+    ((_SECRET, _CREATED), None, True, None),      # created among other Events
+    ((_CREATED,), 30.0, True, "Created Pod box"),  # the raw facts are read independently
+    ((_MISSING,), 30.0, False, _MISSING[2]),      # a retry: its last Event says which dependency is missing
+    ((_MISSING,), None, False, None),              # no retry asked: no retry message
+    ((_MISSING,), 0.0, False, None),               # a retry in 0 s is no retry (as the reconcile's outcome)
+    ((), 30.0, False, None),                       # a retry without an Event has nothing to say
+])
+def test_what_a_pod_creation_outcome_means(events: tuple[tuple[str, str, str], ...], retry_after_s: float | None,
+                                           created: bool, retry: str | None):
+    from controller.domain.box import PodCreated, pod_creation
+
+    assert pod_creation(PodCreated(events, retry_after_s)) == (created, retry)
+
+
+@pytest.mark.parametrize("events,retry_after_s,message", [
+    ((_SECRET, _CREATED), None, "Pod box was missing; created a new one"),
+    ((_MISSING,), 30.0, _MISSING[2]),
+    ((("Warning", "CreateFailed", "boom"),), None, None),  # neither: the heal's own message stands
+])
+def test_ready_says_what_the_pod_creation_did(events: tuple[tuple[str, str, str], ...], retry_after_s: float | None,
+                                              message: str | None):
+    from controller.domain.box import CreatePod, PodCreated, PodFacts
+
+    obs = replace(observe(), tabs=None, pod=None, pod_facts=PodFacts("box", None, desired_hash="h1"))
+    d, _ = run(obs, Memory(), lambda a: PodCreated(events, retry_after_s) if isinstance(a, CreatePod) else ok(a))
+    ready = cond(d, C.COND_READY)
+    assert [e for e in events] == [(a.type, a.reason, a.message) for a in d.actions if isinstance(a, PostEvent)]
+    if message is None:
+        assert "created a new one" not in ready["message"] and "boom" not in ready["message"]
+    else:
+        assert ready["message"] == message
 
 
 def test_failed_pod_is_replaced_and_out_of_date_pod_is_announced_once():
@@ -366,7 +405,8 @@ def test_a_pod_being_healed_is_looked_at_again_within_a_second_and_the_tabs_pass
 
     obs = replace(observe(), tabs=None, pod=None, pod_facts=PodFacts("box", None, desired_hash="h1"),
                   stream=LIVE, stream_rescan_s=300.0)
-    d, _ = run(obs, Memory(), lambda a: PodCreated((), True) if isinstance(a, CreatePod) else ok(a))
+    d, _ = run(obs, Memory(), lambda a: PodCreated((("Normal", "CreatedPod", "Created Pod box"),))
+               if isinstance(a, CreatePod) else ok(a))
     assert d.next_pass_in(NOW) == 1.0
     # A pass that stopped before the tabs (they are read next) says the scan interval, not the stream's.
     first = decide(replace(observe(), tabs=None, stream=LIVE, stream_rescan_s=300.0), Memory(), NOW)

@@ -817,6 +817,25 @@ def _idle(p: _Pass) -> bool:
                for r in p.records.values())
 
 
+POD_CREATED_REASON = "CreatedPod"
+"""The reason of the reconcile's Event for a pod it created (`controller.service.boxes`)."""
+
+
+def pod_creation(made: PodCreated) -> tuple[bool, str | None]:
+    """What the outcome of a `CreatePod` means.
+
+    Args:
+        made: the reconcile's raw outcome (its Events, the retry it asked for).
+    Returns:
+        (created, retry message): created is True when one of its Events has the reason
+        `POD_CREATED_REASON`; the retry message is the message of its last Event when it asked for a retry
+        (`retry_after_s` set and not 0: a missing dependency, which that Event names), else None.
+    """
+    created = any(reason == POD_CREATED_REASON for _, reason, _ in made.events)
+    retry = made.events[-1][2] if made.retry_after_s and made.events else None
+    return created, retry
+
+
 def _heal(p: _Pass, pod: PodFacts) -> BoxStatus | None:
     """Recreate a missing pod, replace an ended (evicted, failed) one, recreate an out-of-date one when
     `spec.podUpdate` allows it (`controller.domain.podheal`). Returns the status while the pod is not usable
@@ -839,16 +858,18 @@ def _heal(p: _Pass, pod: PodFacts) -> BoxStatus | None:
             failed = decision.reason == C.R_POD_FAILED
             p.event("Warning" if failed else "Normal", "ReplacingPod" if failed else "RecreatingPod", message)
             p.mem = replace(p.mem, replacing=(decision.reason, message.removesuffix("; replacing it")))
-    elif decision.action == "create":
+    created = False
+    if decision.action == "create":
         made: PodCreated = p.ask(CreatePod(pod.name))
         for type_, reason, text in made.events:
             p.event(type_, reason, text)
-        if made.created:
+        created, retry_message = pod_creation(made)
+        if created:
             message = f"Pod {pod.name} was missing; created a new one"
-        elif made.retry_message:
-            message = made.retry_message
+        elif retry_message:
+            message = retry_message
     reason = decision.reason or C.R_POD_PENDING
-    if decision.action == "create" and made.created:
+    if created:
         # The pass that deleted an ended pod may be followed at once by this one (the deletion wakes the
         # box): Ready keeps saying why the pod is being replaced.
         why = p.mem.replacing
