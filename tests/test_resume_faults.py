@@ -245,8 +245,14 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     await sub_state(world, "a", "Available")
     await sub_state(world, "b", "Available")
     await world.add_box("box", "codex", "a", whenAgentStops={"rotation": {"enabled": True}})
-    await world.run_pod("box", [TabSpec("main", ["codex"])], shims={"codex": fake_agent_argv(
+    await world.run_pod("box", [TabSpec("main", [])], shims={"codex": fake_agent_argv(
         "codex", time.time() + 3600, "--limited-token", "tok-a")})
+    # The kill point sits on the path the keys take in `terminal`. The watcher's first pass starts the stream and
+    # meanwhile reads the tabs over the exec: an agent limited at that pass would be stopped over the exec (the
+    # stream's kill point never reached). So the agent starts (and prints its limit) once the stream is attached.
+    await streaming(world, terminal, box="box")
+    world.tmux("box", "send-keys", "-t", "=agentbox:main", "-l", "codex")
+    world.tmux("box", "send-keys", "-t", "=agentbox:main", "Enter")
     try:
         await eventually(lambda: fault.hits, 40, what="the kill point")
     except TimeoutError:
