@@ -413,6 +413,23 @@ def test_a_pod_being_healed_is_looked_at_again_within_a_second_and_the_tabs_pass
     assert first.observe_tabs and first.period_s == 5.0
 
 
+@pytest.mark.parametrize("scan_s", [5.0, 7.0])
+def test_an_invalid_spec_decides_nothing_and_looks_again_at_the_scan_interval(scan_s: float):
+    """The reconcile handler reports an invalid spec; the watcher's decision does nothing, writes nothing,
+    keeps its memory, and says to look again at the scan interval (not the live stream's long rescan, not a
+    tab's deadline: the spec may be fixed at any time)."""
+    from controller.domain.box import INVALID_SPEC_BOX, PodFacts
+
+    mem = Memory(records={"main": due()}, current="sub-a")
+    obs = replace(observe(tab(limited()), box=INVALID_SPEC_BOX), spec_valid=False, stream=LIVE,
+                  scan_interval_s=scan_s, stream_rescan_s=300.0, pod_facts=PodFacts("box", None, desired_hash="h1"))
+    d = decide(obs, mem, NOW)
+    assert d.complete and d.actions == () and d.status is None and d.memory == mem
+    assert d.period_s == scan_s and d.next_pass_in(NOW) == scan_s
+    # The same observation with a valid spec is decided on (the flag is what holds it).
+    assert decide(replace(obs, box=CLAUDE, spec_valid=True), mem, NOW).actions != ()
+
+
 # ---------------------------------------------------------------------------------------------- capture failures
 def test_output_too_large_is_worded_with_the_limit_and_warned_once():
     obs = replace(observe(), tabs=None, capture_failure=CaptureFailure(CAPTURE_TOO_LARGE, 4096))

@@ -153,6 +153,10 @@ def box_facts(agent: str, subscription: str | None, adapter: AgentFacts, *, resu
     )
 
 
+INVALID_SPEC_BOX = BoxFacts("", None, watched=False)
+"""The `Observation.box` of a box whose spec is invalid (no agent, no subscription, not watched)."""
+
+
 @dataclass(frozen=True)
 class PodFacts:
     """The box pod as stored, for healing (`controller.domain.podheal.decide_pod`).
@@ -242,7 +246,9 @@ class Observation:
     """Everything one pass observed (untrusted values already bounded by the observer).
 
     Attributes:
-        box: spec and adapter facts.
+        box: spec and adapter facts (`INVALID_SPEC_BOX` when the spec is invalid).
+        spec_valid: the box's spec validated; False: nothing else was observed (the reconcile handler
+            reports the invalid spec) and the decision only says when to look again.
         generation: metadata.generation (observedGeneration of the conditions).
         conditions: status.conditions as read (the current Ready reason is kept when it is the reconcile's).
         state: status.state as read.
@@ -271,6 +277,7 @@ class Observation:
     """
 
     box: BoxFacts
+    spec_valid: bool = True
     generation: int | None = None
     conditions: tuple[dict[str, Any], ...] = ()
     state: str | None = None
@@ -709,6 +716,10 @@ def _period(p: _Pass, mem: Memory) -> float:
 
 def _decide(p: _Pass) -> BoxStatus | None:
     obs = p.obs
+    if not obs.spec_valid:
+        # The reconcile handler reports the invalid spec (its condition, its Event): nothing to do or write
+        # here; looked at again at the scan interval (`_period`), when the spec may have been fixed.
+        return None
     if not obs.pod_owned:
         return _not_owned(p)
     p.mem = replace(p.mem, squatter=None)
