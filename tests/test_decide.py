@@ -317,11 +317,50 @@ def test_missing_pod_is_created_and_ready_says_why():
     from controller.domain.box import CreatePod, PodCreated, PodFacts
 
     obs = replace(observe(), tabs=None, pod=None, pod_facts=PodFacts("box", None, desired_hash="h1"))
-    d, _ = run(obs, Memory(), lambda a: PodCreated((("Normal", "CreatedPod", "Created Pod box"),), True)
+    d, _ = run(obs, Memory(), lambda a: PodCreated((("Normal", "CreatedPod", "Created Pod box"),))
                if isinstance(a, CreatePod) else ok(a))
     assert CreatePod("box") in d.actions and ("Normal", "CreatedPod") in events(d)
     assert d.period_s == 1.0 and d.next_pass_in(NOW) == 1.0 and d.status.fields == {"state": "Pending", "pod": "box"}  # type: ignore[union-attr]
     assert cond(d, C.COND_READY)["reason"] == "PodMissing" and "created a new one" in cond(d, C.COND_READY)["message"]
+
+
+_CREATED = ("Normal", "CreatedPod", "Created Pod box")
+_SECRET = ("Normal", "CreatedSecret", "Created Secret box-credentials")
+_MISSING = ("Warning", "SubscriptionNotFound", "Subscription sub-a not found")
+
+
+@pytest.mark.parametrize("events,retry_after_s,created,retry", [
+    ((_SECRET, _CREATED), None, True, None),      # created among other Events
+    ((_CREATED,), 30.0, True, "Created Pod box"),  # the raw facts are read independently
+    ((_MISSING,), 30.0, False, _MISSING[2]),      # a retry: its last Event says which dependency is missing
+    ((_MISSING,), None, False, None),              # no retry asked: no retry message
+    ((_MISSING,), 0.0, False, None),               # a retry in 0 s is no retry (as the reconcile's outcome)
+    ((), 30.0, False, None),                       # a retry without an Event has nothing to say
+])
+def test_what_a_pod_creation_outcome_means(events: tuple[tuple[str, str, str], ...], retry_after_s: float | None,
+                                           created: bool, retry: str | None):
+    from controller.domain.box import PodCreated, pod_creation
+
+    assert pod_creation(PodCreated(events, retry_after_s)) == (created, retry)
+
+
+@pytest.mark.parametrize("events,retry_after_s,message", [
+    ((_SECRET, _CREATED), None, "Pod box was missing; created a new one"),
+    ((_MISSING,), 30.0, _MISSING[2]),
+    ((("Warning", "CreateFailed", "boom"),), None, None),  # neither: the heal's own message stands
+])
+def test_ready_says_what_the_pod_creation_did(events: tuple[tuple[str, str, str], ...], retry_after_s: float | None,
+                                              message: str | None):
+    from controller.domain.box import CreatePod, PodCreated, PodFacts
+
+    obs = replace(observe(), tabs=None, pod=None, pod_facts=PodFacts("box", None, desired_hash="h1"))
+    d, _ = run(obs, Memory(), lambda a: PodCreated(events, retry_after_s) if isinstance(a, CreatePod) else ok(a))
+    ready = cond(d, C.COND_READY)
+    assert [e for e in events] == [(a.type, a.reason, a.message) for a in d.actions if isinstance(a, PostEvent)]
+    if message is None:
+        assert "created a new one" not in ready["message"] and "boom" not in ready["message"]
+    else:
+        assert ready["message"] == message
 
 
 def test_failed_pod_is_replaced_and_out_of_date_pod_is_announced_once():
@@ -366,11 +405,29 @@ def test_a_pod_being_healed_is_looked_at_again_within_a_second_and_the_tabs_pass
 
     obs = replace(observe(), tabs=None, pod=None, pod_facts=PodFacts("box", None, desired_hash="h1"),
                   stream=LIVE, stream_rescan_s=300.0)
-    d, _ = run(obs, Memory(), lambda a: PodCreated((), True) if isinstance(a, CreatePod) else ok(a))
+    d, _ = run(obs, Memory(), lambda a: PodCreated((("Normal", "CreatedPod", "Created Pod box"),))
+               if isinstance(a, CreatePod) else ok(a))
     assert d.next_pass_in(NOW) == 1.0
     # A pass that stopped before the tabs (they are read next) says the scan interval, not the stream's.
     first = decide(replace(observe(), tabs=None, stream=LIVE, stream_rescan_s=300.0), Memory(), NOW)
     assert first.observe_tabs and first.period_s == 5.0
+
+
+@pytest.mark.parametrize("scan_s", [5.0, 7.0])
+def test_an_invalid_spec_decides_nothing_and_looks_again_at_the_scan_interval(scan_s: float):
+    """The reconcile handler reports an invalid spec; the watcher's decision does nothing, writes nothing,
+    keeps its memory, and says to look again at the scan interval (not the live stream's long rescan, not a
+    tab's deadline: the spec may be fixed at any time)."""
+    from controller.domain.box import INVALID_SPEC_BOX, PodFacts
+
+    mem = Memory(records={"main": due()}, current="sub-a")
+    obs = replace(observe(tab(limited()), box=INVALID_SPEC_BOX), spec_valid=False, stream=LIVE,
+                  scan_interval_s=scan_s, stream_rescan_s=300.0, pod_facts=PodFacts("box", None, desired_hash="h1"))
+    d = decide(obs, mem, NOW)
+    assert d.complete and d.actions == () and d.status is None and d.memory == mem
+    assert d.period_s == scan_s and d.next_pass_in(NOW) == scan_s
+    # The same observation with a valid spec is decided on (the flag is what holds it).
+    assert decide(replace(obs, box=CLAUDE, spec_valid=True), mem, NOW).actions != ()
 
 
 # ---------------------------------------------------------------------------------------------- capture failures
@@ -571,11 +628,32 @@ def test_what_wakes_the_live_stream_is_what_a_decision_reads():
     assert agent_ready(IDLE) and not agent_ready(Detection(TabState.WORKING))
 
 
+@pytest.mark.parametrize("connected,why,failures,max_failures,reason", [
+    (True, None, 0, 5, C.R_STREAMING),
+    (True, None, 7, 5, C.R_STREAMING),             # attached again (a retry after giving up): streaming
+    (False, None, 0, 5, C.R_STREAM_RECONNECTING),
+    (False, None, 4, 5, C.R_STREAM_RECONNECTING),  # one failure short of giving up
+    (False, "the tmux control stream failed 5 times", 5, 5, C.R_STREAM_UNUSABLE),  # given up at max_failures
+    (False, None, 6, 5, C.R_STREAM_UNUSABLE),      # given up, no reason given: worded anyway
+    (False, "no tmux", 0, 5, C.R_NO_CONTROL_MODE),  # control mode cannot be used: not a failure count
+    (False, "no tmux", 1, 1, C.R_STREAM_UNUSABLE),
+])
+def test_the_stream_is_given_up_when_its_failures_reach_the_most_allowed(
+        connected: bool, why: str | None, failures: int, max_failures: int, reason: str):
+    from controller.domain.box import stream_given_up
+
+    stream = StreamView(connected, why, failures, max_failures, "u1")
+    assert stream_given_up(stream) == (failures >= max_failures)
+    d, _ = run(observe(tab(IDLE), stream=stream), Memory())
+    assert cond(d, C.COND_TERMINAL_STREAM)["reason"] == reason
+    assert (("Warning", C.R_STREAM_UNUSABLE) in events(d)) == (reason == C.R_STREAM_UNUSABLE)
+
+
 def test_a_snapshot_written_ahead_announces_nothing_so_the_replay_matches():
     """The status an incomplete decision is written ahead with announces nothing (the stream given up
     is warned once, by the complete decision): an Event after the waiting action broke the replay
     (ReplayMismatch on every pass of a box whose stream was given up)."""
-    gone = StreamView(connected=False, why="output flood", given_up=True, pod="u1")
+    gone = StreamView(connected=False, why="output flood", failures=3, max_failures=3, pod="u1")
     d, steps = run(observe(tab(IDLE), stream=gone), Memory())  # run() checks the replay property
     assert len(steps) == 2 and steps[0].actions == (ReadStructured("claude-code", NOW),)
     assert events(d) == [("Warning", C.R_STREAM_UNUSABLE)]

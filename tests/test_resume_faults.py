@@ -232,7 +232,7 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     """Rotation moves a limited Codex box to another subscription (Ctrl-C twice, new auth.json, relaunch,
     continue). Killed mid-switch, the restarted controller finds status.switch and completes it: the new
     login in place, the agent relaunched once, one continue on the new account."""
-    from tests.test_rotation_scenarios import sub_state
+    from tests.test_rotation_scenarios import codex_subscription, sub_state
 
     skip, when, mode = (0, "before", "drop") if point == "before-first-ctrl-c" else (1, "after", "pass")
     use_mode(world, terminal)
@@ -241,15 +241,18 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     world.start_operator()
     # Both subscriptions look available: the switch is triggered by the limit line itself, once the tab shows it.
     for name, five in (("a", 10.0), ("b", 10.0)):
-        world.provider.add_login(f"tok-{name}", f"acct-{name}")
-        world.provider.set_windows(f"acct-{name}", five_hour=(five, utc_in(3600)), weekly=(5.0, utc_in(86400)))
-        await world.add_secret(f"login-{name}", "auth.json", codex_login(f"tok-{name}", f"acct-{name}"))
-        await world.add_subscription(name, "openai", f"login-{name}", "auth.json")
+        await codex_subscription(world, name, five)
     await sub_state(world, "a", "Available")
     await sub_state(world, "b", "Available")
     await world.add_box("box", "codex", "a", whenAgentStops={"rotation": {"enabled": True}})
-    await world.run_pod("box", [TabSpec("main", ["codex"])], shims={"codex": fake_agent_argv(
+    await world.run_pod("box", [TabSpec("main", [])], shims={"codex": fake_agent_argv(
         "codex", time.time() + 3600, "--limited-token", "tok-a")})
+    # The kill point sits on the path the keys take in `terminal`. The watcher's first pass starts the stream and
+    # meanwhile reads the tabs over the exec: an agent limited at that pass would be stopped over the exec (the
+    # stream's kill point never reached). So the agent starts (and prints its limit) once the stream is attached.
+    await streaming(world, terminal, box="box")
+    world.tmux("box", "send-keys", "-t", "=agentbox:main", "-l", "codex")
+    world.tmux("box", "send-keys", "-t", "=agentbox:main", "Enter")
     try:
         await eventually(lambda: fault.hits, 40, what="the kill point")
     except TimeoutError:

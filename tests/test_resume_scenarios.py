@@ -63,16 +63,23 @@ async def test_claude_tab_resumed_at_reset(world: World):
     assert submits(world, "box-a", "main") == ["continue"], "sent exactly once"
 
 
-async def test_codex_tab_restarted_with_resume_last_then_continued(world: World):
-    world.start_operator()
-    reset = reset_epoch(6.0)
+async def codex_world(world: World, reset_in: float, *agent_args: str) -> float:
+    """A Codex box `box-x` on `codex-a` (account `acct-x`, 5-hour window at 100 % until the reset `reset_in`
+    seconds ahead), its tab running the scripted Codex behind a `codex` shim; returns the reset (epoch s)."""
+    reset = reset_epoch(reset_in)
     world.provider.add_login("tok-x", "acct-x")
     world.provider.set_windows("acct-x", five_hour=(100.0, at(reset)), weekly=(10.0, utc_in(86400)))
     await world.add_secret("codex-login", "auth.json", codex_login("tok-x", "acct-x"))
     await world.add_subscription("codex-a", "openai", "codex-login", "auth.json")
     await world.add_box("box-x", "codex", "codex-a")
     await world.run_pod("box-x", [TabSpec("main", ["codex"])],
-                        shims={"codex": fake_agent_argv("codex", reset)})
+                        shims={"codex": fake_agent_argv("codex", reset, *agent_args)})
+    return reset
+
+
+async def test_codex_tab_restarted_with_resume_last_then_continued(world: World):
+    world.start_operator()
+    reset = await codex_world(world, 6.0)
     await eventually(lambda: tab_status(world, "box-x", "main").get("state") == "RateLimited", 15, what="limit detected")
     try:
         await eventually(lambda: submits(world, "box-x", "main"), 40, what="continue sent")
@@ -260,14 +267,7 @@ async def test_codex_relative_wait_read_at_every_pass_resumes_once(world: World)
     LimitDetected Event a minute, the resume pushed on and never reached). The first reading stands: one
     LimitDetected, then `codex resume --last` and one continue after the reset the usage read confirms."""
     world.start_operator()
-    reset = reset_epoch(20.0)
-    world.provider.add_login("tok-x", "acct-x")
-    world.provider.set_windows("acct-x", five_hour=(100.0, at(reset)), weekly=(10.0, utc_in(86400)))
-    await world.add_secret("codex-login", "auth.json", codex_login("tok-x", "acct-x"))
-    await world.add_subscription("codex-a", "openai", "codex-login", "auth.json")
-    await world.add_box("box-x", "codex", "codex-a")
-    await world.run_pod("box-x", [TabSpec("main", ["codex"])],
-                        shims={"codex": fake_agent_argv("codex", reset, "--relative")})
+    reset = await codex_world(world, 20.0, "--relative")
     await eventually(lambda: tab_status(world, "box-x", "main").get("state") == "RateLimited", 15,
                      what="limit detected")
     assert "try again in 1 minute" in world.screen("box-x", "main")

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from agentbox_sim.world import TabSpec, World, claude_login, eventually, fake_agent_argv, utc_in
+from agentbox_sim.world import TabSpec, World, claude_login, codex_login, eventually, fake_agent_argv, utc_in
 
 pytestmark = pytest.mark.component
 
@@ -33,6 +33,15 @@ async def subscription(world: World, name: str, five: float, reset_in: float, we
     world.provider.set_windows(f"acct-{name}", five_hour=(five, utc_in(reset_in)), weekly=(weekly, utc_in(86400 * 3)))
     await world.add_secret(f"login-{name}", "credentials.json", claude_login(token))
     await world.add_subscription(name, "anthropic", f"login-{name}", "credentials.json", **spec)
+
+
+async def codex_subscription(world: World, name: str, five: float, reset_in: float = 3600) -> None:
+    """An OpenAI Subscription `name` on its own account (`tok-<name>`, `acct-<name>`): `five` percent of the
+    5-hour window used, resetting in `reset_in` seconds; 5 % of the weekly one."""
+    world.provider.add_login(f"tok-{name}", f"acct-{name}")
+    world.provider.set_windows(f"acct-{name}", five_hour=(five, utc_in(reset_in)), weekly=(5.0, utc_in(86400)))
+    await world.add_secret(f"login-{name}", "auth.json", codex_login(f"tok-{name}", f"acct-{name}"))
+    await world.add_subscription(name, "openai", f"login-{name}", "auth.json")
 
 
 async def sub_state(world: World, name: str, state: str, timeout: float = 15) -> None:
@@ -206,7 +215,6 @@ async def test_selected_group_must_hold_the_current_and_another_of_the_provider(
     await subscription(world, "a", 30.0, 3600)
     await subscription(world, "b", 30.0, 3600)
     world.provider.add_login("tok-x", "acct-x")
-    from agentbox_sim.world import codex_login
     await world.add_secret("login-x", "auth.json", codex_login("tok-x", "acct-x"))
     await world.add_subscription("x", "openai", "login-x", "auth.json")
     await world.add_box("box", "claude-code", "a",
@@ -236,14 +244,9 @@ async def test_disconnected_subscription_moves_the_box(world: World):
 
 
 async def test_codex_box_is_stopped_before_its_login_changes_then_resumed(world: World):
-    from agentbox_sim.world import codex_login
-
     world.start_operator()
     for name, five in (("a", 100.0), ("b", 10.0)):
-        world.provider.add_login(f"tok-{name}", f"acct-{name}")
-        world.provider.set_windows(f"acct-{name}", five_hour=(five, utc_in(3600)), weekly=(5.0, utc_in(86400)))
-        await world.add_secret(f"login-{name}", "auth.json", codex_login(f"tok-{name}", f"acct-{name}"))
-        await world.add_subscription(name, "openai", f"login-{name}", "auth.json")
+        await codex_subscription(world, name, five)
     await sub_state(world, "b", "Available")
     await world.add_box("box", "codex", "a", whenAgentStops={"rotation": {"enabled": True}})
     await world.run_pod("box", [TabSpec("main", ["codex"])], shims={"codex": fake_agent_argv(

@@ -159,18 +159,15 @@ async def test_a_codex_move_killed_midway_is_completed_once_on_the_new_login(wor
     status.switch and completes it: b's login in place, status on b, the agent relaunched once, one continue
     on b's account."""
     from agentbox_sim.kube import ExecFault
-    from agentbox_sim.world import codex_login
     from tests.test_resume_faults import ctrl_c, inject, use_mode
+    from tests.test_rotation_scenarios import codex_subscription
 
     use_mode(world, terminal)
     fault = inject(world, terminal, ExecFault(mode="pass", pod="box", match=ctrl_c, when="after",
                                               on_match=world.kill_operator_now))
     world.start_operator()
     for name, five in (("a", 100.0), ("b", 10.0)):
-        world.provider.add_login(f"tok-{name}", f"acct-{name}")
-        world.provider.set_windows(f"acct-{name}", five_hour=(five, utc_in(3600)), weekly=(5.0, utc_in(86400)))
-        await world.add_secret(f"login-{name}", "auth.json", codex_login(f"tok-{name}", f"acct-{name}"))
-        await world.add_subscription(name, "openai", f"login-{name}", "auth.json")
+        await codex_subscription(world, name, five)
     await world.add_box("box", "codex", "a", whenAgentStops={"resumeAfterReset": True})
     await world.run_pod("box", [TabSpec("main", ["codex"])], shims={"codex": fake_agent_argv(
         "codex", time.time() + 3600, "--limited-token", "tok-a")})

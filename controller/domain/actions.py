@@ -172,11 +172,16 @@ class CreatePod:
 
 @dataclass(frozen=True)
 class PodCreated:
-    """Result of `CreatePod`: the reconcile's Events, whether the pod was created, its retry message."""
+    """Result of `CreatePod`, as raw facts (`controller.domain.box.pod_creation` says what they mean).
+
+    Attributes:
+        events: the reconcile's Events, in order: (type Normal|Warning, reason, message).
+        retry_after_s: the reconcile asked to be retried in this many seconds (a missing dependency may
+            appear later), None when it did not.
+    """
 
     events: tuple[tuple[str, str, str], ...]
-    created: bool
-    retry_message: str | None = None
+    retry_after_s: float | None = None
 
 
 @dataclass(frozen=True)

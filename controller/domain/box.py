@@ -153,6 +153,10 @@ def box_facts(agent: str, subscription: str | None, adapter: AgentFacts, *, resu
     )
 
 
+INVALID_SPEC_BOX = BoxFacts("", None, watched=False)
+"""The `Observation.box` of a box whose spec is invalid (no agent, no subscription, not watched)."""
+
+
 @dataclass(frozen=True)
 class PodFacts:
     """The box pod as stored, for healing (`controller.domain.podheal.decide_pod`).
@@ -183,14 +187,29 @@ class StreamView:
     Attributes:
         connected: the stream is attached.
         why: why control mode cannot be used ("no tmux", an old tmux...), None when it may come back.
-        given_up: it failed too often; the box is polled until its pod changes.
+        failures: consecutive streams the box's side broke (`BoxStream.failures`).
+        max_failures: the failures after which streaming is given up (`BoxStream.max_failures`); whether it
+            is, is `stream_given_up`'s to say.
         pod: uid of the pod the stream belongs to (one StreamUnusable Warning per pod).
     """
 
     connected: bool
     why: str | None = None
-    given_up: bool = False
+    failures: int = 0
+    max_failures: int = 5
     pod: str | None = None
+
+
+def stream_given_up(stream: StreamView) -> bool:
+    """The live stream failed too often: the box is polled (TerminalStream False, StreamUnusable, one Warning
+    per pod) until a retry lives.
+
+    Args:
+        stream: the stream's raw state (consecutive failures and the most allowed, counts).
+    Returns:
+        True when `failures` reached `max_failures`.
+    """
+    return stream.failures >= stream.max_failures
 
 
 CAPTURE_NO_SESSION = "no_session"
@@ -227,7 +246,9 @@ class Observation:
     """Everything one pass observed (untrusted values already bounded by the observer).
 
     Attributes:
-        box: spec and adapter facts.
+        box: spec and adapter facts (`INVALID_SPEC_BOX` when the spec is invalid).
+        spec_valid: the box's spec validated; False: nothing else was observed (the reconcile handler
+            reports the invalid spec) and the decision only says when to look again.
         generation: metadata.generation (observedGeneration of the conditions).
         conditions: status.conditions as read (the current Ready reason is kept when it is the reconcile's).
         state: status.state as read.
@@ -256,6 +277,7 @@ class Observation:
     """
 
     box: BoxFacts
+    spec_valid: bool = True
     generation: int | None = None
     conditions: tuple[dict[str, Any], ...] = ()
     state: str | None = None
@@ -694,6 +716,10 @@ def _period(p: _Pass, mem: Memory) -> float:
 
 def _decide(p: _Pass) -> BoxStatus | None:
     obs = p.obs
+    if not obs.spec_valid:
+        # The reconcile handler reports the invalid spec (its condition, its Event): nothing to do or write
+        # here; looked at again at the scan interval (`_period`), when the spec may have been fixed.
+        return None
     if not obs.pod_owned:
         return _not_owned(p)
     p.mem = replace(p.mem, squatter=None)
@@ -817,6 +843,25 @@ def _idle(p: _Pass) -> bool:
                for r in p.records.values())
 
 
+POD_CREATED_REASON = "CreatedPod"
+"""The reason of the reconcile's Event for a pod it created (`controller.service.boxes`)."""
+
+
+def pod_creation(made: PodCreated) -> tuple[bool, str | None]:
+    """What the outcome of a `CreatePod` means.
+
+    Args:
+        made: the reconcile's raw outcome (its Events, the retry it asked for).
+    Returns:
+        (created, retry message): created is True when one of its Events has the reason
+        `POD_CREATED_REASON`; the retry message is the message of its last Event when it asked for a retry
+        (`retry_after_s` set and not 0: a missing dependency, which that Event names), else None.
+    """
+    created = any(reason == POD_CREATED_REASON for _, reason, _ in made.events)
+    retry = made.events[-1][2] if made.retry_after_s and made.events else None
+    return created, retry
+
+
 def _heal(p: _Pass, pod: PodFacts) -> BoxStatus | None:
     """Recreate a missing pod, replace an ended (evicted, failed) one, recreate an out-of-date one when
     `spec.podUpdate` allows it (`controller.domain.podheal`). Returns the status while the pod is not usable
@@ -839,16 +884,18 @@ def _heal(p: _Pass, pod: PodFacts) -> BoxStatus | None:
             failed = decision.reason == C.R_POD_FAILED
             p.event("Warning" if failed else "Normal", "ReplacingPod" if failed else "RecreatingPod", message)
             p.mem = replace(p.mem, replacing=(decision.reason, message.removesuffix("; replacing it")))
-    elif decision.action == "create":
+    created = False
+    if decision.action == "create":
         made: PodCreated = p.ask(CreatePod(pod.name))
         for type_, reason, text in made.events:
             p.event(type_, reason, text)
-        if made.created:
+        created, retry_message = pod_creation(made)
+        if created:
             message = f"Pod {pod.name} was missing; created a new one"
-        elif made.retry_message:
-            message = made.retry_message
+        elif retry_message:
+            message = retry_message
     reason = decision.reason or C.R_POD_PENDING
-    if decision.action == "create" and made.created:
+    if created:
         # The pass that deleted an ended pod may be followed at once by this one (the deletion wakes the
         # box): Ready keeps saying why the pod is being replaced.
         why = p.mem.replacing
@@ -1554,7 +1601,7 @@ def _tabs_status(p: _Pass, obs: Observation, problem: tuple[str, str] | None = N
         if stream.connected:
             conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, C.R_STREAMING,
                                   "The live tmux stream is attached", now, gen)
-        elif stream.given_up:
+        elif stream_given_up(stream):
             why = f"Polling the tabs: {stream.why or 'the live tmux stream failed again and again'}"
             conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_UNUSABLE, why, now, gen)
             if p.mem.stream_warned != stream.pod:

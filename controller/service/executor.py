@@ -176,9 +176,7 @@ class Executor:
             from controller.service.boxes import reconcile_box
 
             outcome = await reconcile_box(dict(self.body or {}), self.rt)
-            created = any(reason == "CreatedPod" for _, reason, _ in outcome.events)
-            retry = outcome.events[-1][2] if outcome.retry_after and outcome.events else None
-            return PodCreated(tuple(outcome.events), created, retry)
+            return PodCreated(tuple(outcome.events), outcome.retry_after)
         raise TypeError(f"unknown action {type(action).__name__}")  # pragma: no cover
 
     # ------------------------------------------------------------------ write-ahead
