@@ -1005,10 +1005,11 @@ def _complete_switch(p: _Pass, dets: dict[str, Detection]) -> dict[str, Detectio
             message=f"Switched to {to}; resuming", attempts=0)
     if sw.get("fromSubscription") == to:  # a switch overruled by spec.subscription back to where it started
         p.event("Normal", "Switched", f"Stayed on {to}: {sw.get('reason')} (a switch left unfinished by a "
-                "controller restart was abandoned)")
+                "controller restart or a failed pass was abandoned)")
     else:
         p.event("Normal", "Switched", f"Switched from {sw.get('fromSubscription')} to {to}: "
-                f"{sw.get('reason') or 'rotation'} (completed after a controller restart)")
+                f"{sw.get('reason') or 'rotation'} (completed after it was interrupted: a controller restart or a "
+                "failed pass)")
     return out
 
 

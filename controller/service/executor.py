@@ -88,6 +88,9 @@ class Executor:
         self.results: dict[Act, Any] = {}
         self.records: dict[str, TabRecord] = {}
         self.written: dict[str, TabRecord] = {}   # records whose journal was written ahead
+        # status.switch as written ahead by a switch not finished yet (a pass that fails mid-switch keeps it:
+        # the next pass completes it as a restarted controller would, the tabs it stopped included)
+        self.switch_written: Mapping[str, Any] | None = None
         self._status: BoxStatus | None = None
         self._tab_ids: Mapping[str, str] = {}
         changes = getattr(rt, "box_changes", None)
@@ -259,11 +262,14 @@ class Executor:
             return Done(False)
         started, installing, finished = switch_patches(action)
         await self._write(started)
+        self.switch_written = started["switch"]
         for _, pane in action.stop:
             await self._press(pane, self.adapter.interrupt_keys)
         await self._write(installing)
+        self.switch_written = installing["switch"]
         await self._put_login(login[1])
         await self._write(finished)
+        self.switch_written = None
         return Done(True)
 
     # ------------------------------------------------------------------ keys

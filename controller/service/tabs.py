@@ -221,8 +221,12 @@ class BoxWatcher:
                 log.error("Box %s/%s: the decision did not complete in %d rounds", self.namespace, self.name,
                           MAX_ROUNDS)
         except BaseException:
-            if executor.written:
-                self.memory = replace(mem0, records={**mem0.records, **executor.written})
+            if executor.written or executor.switch_written is not None:
+                # What was written ahead stays: the tab journals, and a switch left in status.switch (its
+                # agents may be stopped already: the next pass completes it, `domain.box._complete_switch`,
+                # instead of deciding afresh on tabs that no longer show the limit they were stopped for).
+                self.memory = replace(mem0, records={**mem0.records, **executor.written},
+                                      pending_switch=executor.switch_written or mem0.pending_switch)
             raise
         assert decision is not None
         self.memory = decision.memory
