@@ -134,6 +134,36 @@ def test_unfinished_journal_with_our_text_in_the_prompt_gets_its_enter():
     assert d.tab_records["main"].journal is None and ("Normal", "Resumed") in events(d)
 
 
+@pytest.mark.parametrize("action,stored,step,performed", [
+    (JournalAction.CONTINUE, None, Step.TYPE, "go on"),    # written before journals carried their text
+    (JournalAction.CONTINUE, "", Step.TYPE, "go on"),
+    (JournalAction.CONTINUE, "continue please", Step.TYPE, "continue please"),  # its own text wins
+    (JournalAction.RESTART, None, Step.RELAUNCH, "go on"),
+    (JournalAction.ANSWER_MENU, "2", Step.PRESS, "2"),      # a menu answer keeps its choice
+])
+def test_a_recovered_journal_is_performed_with_its_text_or_the_agents_continue_text(
+        action: JournalAction, stored: str | None, step: Step, performed: str):
+    """The executor types what the decision gives it: an unfinished journal from an older controller (no
+    text) is completed with the agent's continue text; status keeps the journal as it was read."""
+    from controller.domain.resume import Journal
+
+    started = NOW - timedelta(seconds=30)
+    first = {JournalAction.CONTINUE: Step.TYPE, JournalAction.RESTART: Step.INTERRUPT,
+             JournalAction.ANSWER_MENU: Step.PRESS}[action]
+    journal = Journal(action, first, started, started, "k1", stored)
+    rec = replace(due(), phase=Phase.RESUMING, sent_for="k1", journal=journal)
+    box = replace(CODEX if action == JournalAction.RESTART else CLAUDE, continue_text="go on")
+    det = (replace(limited(), limit_menu=True) if action == JournalAction.ANSWER_MENU
+           else Detection(TabState.IDLE, prompt_text=""))
+    obs = observe(tab(det, at_shell=action == JournalAction.RESTART), box=box,
+                  subs=(sub("sub-a", provider=box.provider),))
+    d, steps = run(obs, Memory(records={"main": rec}))
+    again = next(a for a in d.actions if isinstance(a, RunJournal))
+    assert again.why == "recover" and again.journal.step == step and again.journal.text == performed
+    ahead = next(s for s in steps if not s.complete and isinstance(s.actions[-1], RunJournal))
+    assert ahead.tab_records["main"].journal.text == stored  # type: ignore[union-attr]
+
+
 # ---------------------------------------------------------------------------------------------- rotation
 def test_rotation_switches_to_the_most_headroom_and_resumes_the_limited_tab():
     box = replace(CLAUDE, rotation=True)

@@ -1346,8 +1346,23 @@ def _recover(p: _Pass, tab: TabView, rec: TabRecord, det: Detection) -> tuple[Ru
     # An armed continue whose instant is still ahead: the executor waits for it, then checks that the screen
     # is still the one judged here before its first key.
     armed = journal.not_before is not None and journal.not_before > p.now
-    return (RunJournal(tab.name, tab.pane, journal, "recover", verdict.reason,
-                       expect=screen_digest(tab.screen) if armed else ""), what, verdict.reason)
+    return (RunJournal(tab.name, tab.pane, journal_to_perform(journal, p.obs.box.continue_text), "recover",
+                       verdict.reason, expect=screen_digest(tab.screen) if armed else ""), what, verdict.reason)
+
+
+def journal_to_perform(journal: Journal, continue_text: str) -> Journal:
+    """The journal as the executor performs it (it types `journal.text` and nothing else).
+
+    Args:
+        journal: a journal, possibly read from the status of an older controller.
+        continue_text: the agent's continue text (`BoxFacts.continue_text`).
+    Returns:
+        `journal` itself when it carries its text; else (a journal written before journals carried their
+        text: None or "") the same journal with `continue_text`, which is what that controller typed. Only
+        the action's copy gets it: the record (and so status) keeps the journal as it was read, and
+        `recovery_step` judges the screen by that.
+    """
+    return journal if journal.text else replace(journal, text=continue_text)
 
 
 def _held(p: _Pass, tab: TabView, rec: TabRecord) -> None:

@@ -423,7 +423,7 @@ class Executor:
         term, s = self.term, self.rt.settings
         argv = tuple(self.adapter.restart_argv or ())
         keys = tuple(self.adapter.interrupt_keys)
-        text = journal.text or self.adapter.continue_text
+        text = journal.text or ""  # the decision fills it (`controller.domain.box.journal_to_perform`)
         not_before = journal.not_before
         entered_at: datetime | None = None
 
