@@ -315,12 +315,15 @@ def test_type_instant_leaves_the_pause_and_the_write_budget_before_not_before():
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("how", ["batch", "journal"])
-async def test_a_human_typing_while_the_enter_step_is_written_holds_the_armed_enter(box, mode: str, how: str):
+@pytest.mark.parametrize("late", [False, True])
+async def test_a_human_typing_while_the_enter_step_is_written_holds_the_armed_enter(box, mode: str, how: str,
+                                                                                   late: bool):
     """Between our typing and the armed Enter, the Enter step is written to status (write-ahead). That write may
-    take most of the write budget (seconds on a loaded API server). A human who types during it typed after our
-    text: their keys must not be submitted with ours. The screen Enter is guarded by is the one right after our
-    typing, not the one after the write (that one already shows the human's keys, and Enter submitted
-    'continue please')."""
+    take most of the write budget (seconds on a loaded API server), or more (`late`: it ends after the instant).
+    A human who types during it typed after our text: their keys must not be submitted with ours. The screen
+    Enter is guarded by is the one right after our typing, not the one after the write (that one already shows
+    the human's keys, and Enter submitted 'continue please'); the guard holds when the write ran past the
+    instant too (a journal's Enter was pressed unguarded then)."""
     client, log = box
     term, stream, rec, main, screen = await setup(client, mode)
     try:
@@ -344,6 +347,8 @@ async def test_a_human_typing_while_the_enter_step_is_written_holds_the_armed_en
                     out = await client.run("default", "box", "box", tmux.capture_one_argv(main.pane_id))
                     return "continue please" in out.stdout
                 await until(shown, what="the human's keys after our text")
+                if late:  # the write ends after the armed instant
+                    await asyncio.sleep(max(0.0, (not_before - datetime.now(timezone.utc)).total_seconds()) + 0.2)
         ex.flush = slow_write
         await ex.run(decision(action, journal))
         res = ex.results[action]

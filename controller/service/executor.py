@@ -481,10 +481,12 @@ class Executor:
                     typed_screen = await term.capture(pane)
             elif step in (Step.ENTER, Step.PRESS):
                 before = typed_screen if typed_screen is not None else await term.capture(pane)
-                if step == Step.ENTER and not_before is not None and not_before > self.rt.clock():
+                if step == Step.ENTER and not_before is not None and \
+                        (typed_screen is not None or not_before > self.rt.clock()):
                     await self._until(not_before)
                     # Armed: Enter only if the screen is still the one after our typing (a human's keys typed
-                    # after ours are never submitted with them); else the journal stays at Enter, written ahead.
+                    # after ours are never submitted with them), also when the Enter step's write ran past the
+                    # instant; else the journal stays at Enter, written ahead.
                     if await term.capture(pane) != before:
                         return Performed(tab, False, self.rt.clock(), step, restarted, text, argv, keys, held=True)
                 await term.press(pane, "Enter" if step == Step.ENTER else text)
