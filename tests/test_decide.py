@@ -134,6 +134,36 @@ def test_unfinished_journal_with_our_text_in_the_prompt_gets_its_enter():
     assert d.tab_records["main"].journal is None and ("Normal", "Resumed") in events(d)
 
 
+@pytest.mark.parametrize("action,stored,step,performed", [
+    (JournalAction.CONTINUE, None, Step.TYPE, "go on"),    # written before journals carried their text
+    (JournalAction.CONTINUE, "", Step.TYPE, "go on"),
+    (JournalAction.CONTINUE, "continue please", Step.TYPE, "continue please"),  # its own text wins
+    (JournalAction.RESTART, None, Step.RELAUNCH, "go on"),
+    (JournalAction.ANSWER_MENU, "2", Step.PRESS, "2"),      # a menu answer keeps its choice
+])
+def test_a_recovered_journal_is_performed_with_its_text_or_the_agents_continue_text(
+        action: JournalAction, stored: str | None, step: Step, performed: str):
+    """The executor types what the decision gives it: an unfinished journal from an older controller (no
+    text) is completed with the agent's continue text; status keeps the journal as it was read."""
+    from controller.domain.resume import Journal
+
+    started = NOW - timedelta(seconds=30)
+    first = {JournalAction.CONTINUE: Step.TYPE, JournalAction.RESTART: Step.INTERRUPT,
+             JournalAction.ANSWER_MENU: Step.PRESS}[action]
+    journal = Journal(action, first, started, started, "k1", stored)
+    rec = replace(due(), phase=Phase.RESUMING, sent_for="k1", journal=journal)
+    box = replace(CODEX if action == JournalAction.RESTART else CLAUDE, continue_text="go on")
+    det = (replace(limited(), limit_menu=True) if action == JournalAction.ANSWER_MENU
+           else Detection(TabState.IDLE, prompt_text=""))
+    obs = observe(tab(det, at_shell=action == JournalAction.RESTART), box=box,
+                  subs=(sub("sub-a", provider=box.provider),))
+    d, steps = run(obs, Memory(records={"main": rec}))
+    again = next(a for a in d.actions if isinstance(a, RunJournal))
+    assert again.why == "recover" and again.journal.step == step and again.journal.text == performed
+    ahead = next(s for s in steps if not s.complete and isinstance(s.actions[-1], RunJournal))
+    assert ahead.tab_records["main"].journal.text == stored  # type: ignore[union-attr]
+
+
 # ---------------------------------------------------------------------------------------------- rotation
 def test_rotation_switches_to_the_most_headroom_and_resumes_the_limited_tab():
     box = replace(CLAUDE, rotation=True)
@@ -413,6 +443,23 @@ def test_a_pod_being_healed_is_looked_at_again_within_a_second_and_the_tabs_pass
     assert first.observe_tabs and first.period_s == 5.0
 
 
+@pytest.mark.parametrize("scan_s", [5.0, 7.0])
+def test_an_invalid_spec_decides_nothing_and_looks_again_at_the_scan_interval(scan_s: float):
+    """The reconcile handler reports an invalid spec; the watcher's decision does nothing, writes nothing,
+    keeps its memory, and says to look again at the scan interval (not the live stream's long rescan, not a
+    tab's deadline: the spec may be fixed at any time)."""
+    from controller.domain.box import INVALID_SPEC_BOX, PodFacts
+
+    mem = Memory(records={"main": due()}, current="sub-a")
+    obs = replace(observe(tab(limited()), box=INVALID_SPEC_BOX), spec_valid=False, stream=LIVE,
+                  scan_interval_s=scan_s, stream_rescan_s=300.0, pod_facts=PodFacts("box", None, desired_hash="h1"))
+    d = decide(obs, mem, NOW)
+    assert d.complete and d.actions == () and d.status is None and d.memory == mem
+    assert d.period_s == scan_s and d.next_pass_in(NOW) == scan_s
+    # The same observation with a valid spec is decided on (the flag is what holds it).
+    assert decide(replace(obs, box=CLAUDE, spec_valid=True), mem, NOW).actions != ()
+
+
 # ---------------------------------------------------------------------------------------------- capture failures
 def test_output_too_large_is_worded_with_the_limit_and_warned_once():
     obs = replace(observe(), tabs=None, capture_failure=CaptureFailure(CAPTURE_TOO_LARGE, 4096))
@@ -611,11 +658,32 @@ def test_what_wakes_the_live_stream_is_what_a_decision_reads():
     assert agent_ready(IDLE) and not agent_ready(Detection(TabState.WORKING))
 
 
+@pytest.mark.parametrize("connected,why,failures,max_failures,reason", [
+    (True, None, 0, 5, C.R_STREAMING),
+    (True, None, 7, 5, C.R_STREAMING),             # attached again (a retry after giving up): streaming
+    (False, None, 0, 5, C.R_STREAM_RECONNECTING),
+    (False, None, 4, 5, C.R_STREAM_RECONNECTING),  # one failure short of giving up
+    (False, "the tmux control stream failed 5 times", 5, 5, C.R_STREAM_UNUSABLE),  # given up at max_failures
+    (False, None, 6, 5, C.R_STREAM_UNUSABLE),      # given up, no reason given: worded anyway
+    (False, "no tmux", 0, 5, C.R_NO_CONTROL_MODE),  # control mode cannot be used: not a failure count
+    (False, "no tmux", 1, 1, C.R_STREAM_UNUSABLE),
+])
+def test_the_stream_is_given_up_when_its_failures_reach_the_most_allowed(
+        connected: bool, why: str | None, failures: int, max_failures: int, reason: str):
+    from controller.domain.box import stream_given_up
+
+    stream = StreamView(connected, why, failures, max_failures, "u1")
+    assert stream_given_up(stream) == (failures >= max_failures)
+    d, _ = run(observe(tab(IDLE), stream=stream), Memory())
+    assert cond(d, C.COND_TERMINAL_STREAM)["reason"] == reason
+    assert (("Warning", C.R_STREAM_UNUSABLE) in events(d)) == (reason == C.R_STREAM_UNUSABLE)
+
+
 def test_a_snapshot_written_ahead_announces_nothing_so_the_replay_matches():
     """The status an incomplete decision is written ahead with announces nothing (the stream given up
     is warned once, by the complete decision): an Event after the waiting action broke the replay
     (ReplayMismatch on every pass of a box whose stream was given up)."""
-    gone = StreamView(connected=False, why="output flood", given_up=True, pod="u1")
+    gone = StreamView(connected=False, why="output flood", failures=3, max_failures=3, pod="u1")
     d, steps = run(observe(tab(IDLE), stream=gone), Memory())  # run() checks the replay property
     assert len(steps) == 2 and steps[0].actions == (ReadStructured("claude-code", NOW),)
     assert events(d) == [("Warning", C.R_STREAM_UNUSABLE)]

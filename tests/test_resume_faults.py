@@ -410,3 +410,49 @@ async def test_codex_restart_armed_runs_during_the_margin_and_enters_at_the_inst
     await eventually(lambda: tab_status(world, "box-a", "main").get("state") == "Working", 15, what="Working")
     assert submits(world, "box-a", "main") == ["continue"]
     assert [e["argv"] for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
+
+
+def login_write(argv: list[str]) -> bool:
+    """Matches the exec writing the agent's live login file (`AgentAdapter.login_write_argv`)."""
+    from controller.agents.adapter import _LOGIN_WRITE
+
+    return argv[:3] == ["sh", "-c", _LOGIN_WRITE]
+
+
+async def test_codex_switch_whose_login_write_failed_after_the_stop_still_resumes_the_stopped_tab(world: World):
+    """spec.subscription moves a limited Codex box (rotation off): the switch stops the agent (Ctrl-C twice:
+    Codex refuses another account's login in flight), then the new login's write into the box fails once (an
+    exec error: a sick kubelet, a box that made its file unwritable for a moment). The pass fails with
+    status.switch written; the same controller's next pass must still finish the switch for the tab it stopped
+    (it now sits at the shell): relaunched on the new login, one continue. It must not take the tab at the shell
+    for one that was never limited and leave the agent dead there."""
+    fault = ExecFault(mode="refuse", pod="box", match=login_write, times=1)
+    world.start_operator()
+    for name in ("a", "b"):
+        world.provider.add_login(f"tok-{name}", f"acct-{name}")
+        world.provider.set_windows(f"acct-{name}", five_hour=(100.0 if name == "a" else 10.0, utc_in(3600)),
+                                   weekly=(5.0, utc_in(86400)))
+        await world.add_secret(f"login-{name}", "auth.json", codex_login(f"tok-{name}", f"acct-{name}"))
+        await world.add_subscription(name, "openai", f"login-{name}", "auth.json")
+    await world.add_box("box", "codex", "a", whenAgentStops={"resumeAfterReset": True})
+    await world.run_pod("box", [TabSpec("main", ["codex"])], shims={"codex": fake_agent_argv(
+        "codex", time.time() + 3600, "--limited-token", "tok-a")})
+    await eventually(lambda: tab_status(world, "box", "main").get("state") == "RateLimited", 30,
+                     what="limited on a")
+    world.kube.exec_faults.append(fault)
+    await world.patch(world.box_path("box"), {"spec": {"subscription": "b"}})
+    await eventually(lambda: fault.hits, 20, what="the failed login write")
+    try:
+        await eventually(lambda: submits(world, "box", "main"), 40, what="continue on b after the failed write")
+    except TimeoutError:
+        print("STATUS", (world.box("box") or {}).get("status"))
+        print("EVENTS", [(e["reason"], e["message"]) for e in world.events("box")])
+        print("LOG", world.agent_log("box", "main"))
+        raise
+    await asyncio.sleep(world.settings.settle_s + 2)
+    log = world.agent_log("box", "main")
+    subs = [e for e in log if e["event"] == "submit"]
+    assert [e["text"] for e in subs] == ["continue"] and subs[0]["token"] == "tok-b"
+    assert [e.get("argv") for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
+    status = (world.box("box") or {}).get("status") or {}
+    assert status.get("subscription") == "b" and "switch" not in status

@@ -153,6 +153,10 @@ def box_facts(agent: str, subscription: str | None, adapter: AgentFacts, *, resu
     )
 
 
+INVALID_SPEC_BOX = BoxFacts("", None, watched=False)
+"""The `Observation.box` of a box whose spec is invalid (no agent, no subscription, not watched)."""
+
+
 @dataclass(frozen=True)
 class PodFacts:
     """The box pod as stored, for healing (`controller.domain.podheal.decide_pod`).
@@ -183,14 +187,29 @@ class StreamView:
     Attributes:
         connected: the stream is attached.
         why: why control mode cannot be used ("no tmux", an old tmux...), None when it may come back.
-        given_up: it failed too often; the box is polled until its pod changes.
+        failures: consecutive streams the box's side broke (`BoxStream.failures`).
+        max_failures: the failures after which streaming is given up (`BoxStream.max_failures`); whether it
+            is, is `stream_given_up`'s to say.
         pod: uid of the pod the stream belongs to (one StreamUnusable Warning per pod).
     """
 
     connected: bool
     why: str | None = None
-    given_up: bool = False
+    failures: int = 0
+    max_failures: int = 5
     pod: str | None = None
+
+
+def stream_given_up(stream: StreamView) -> bool:
+    """The live stream failed too often: the box is polled (TerminalStream False, StreamUnusable, one Warning
+    per pod) until a retry lives.
+
+    Args:
+        stream: the stream's raw state (consecutive failures and the most allowed, counts).
+    Returns:
+        True when `failures` reached `max_failures`.
+    """
+    return stream.failures >= stream.max_failures
 
 
 CAPTURE_NO_SESSION = "no_session"
@@ -227,7 +246,9 @@ class Observation:
     """Everything one pass observed (untrusted values already bounded by the observer).
 
     Attributes:
-        box: spec and adapter facts.
+        box: spec and adapter facts (`INVALID_SPEC_BOX` when the spec is invalid).
+        spec_valid: the box's spec validated; False: nothing else was observed (the reconcile handler
+            reports the invalid spec) and the decision only says when to look again.
         generation: metadata.generation (observedGeneration of the conditions).
         conditions: status.conditions as read (the current Ready reason is kept when it is the reconcile's).
         state: status.state as read.
@@ -256,6 +277,7 @@ class Observation:
     """
 
     box: BoxFacts
+    spec_valid: bool = True
     generation: int | None = None
     conditions: tuple[dict[str, Any], ...] = ()
     state: str | None = None
@@ -694,6 +716,10 @@ def _period(p: _Pass, mem: Memory) -> float:
 
 def _decide(p: _Pass) -> BoxStatus | None:
     obs = p.obs
+    if not obs.spec_valid:
+        # The reconcile handler reports the invalid spec (its condition, its Event): nothing to do or write
+        # here; looked at again at the scan interval (`_period`), when the spec may have been fixed.
+        return None
     if not obs.pod_owned:
         return _not_owned(p)
     p.mem = replace(p.mem, squatter=None)
@@ -979,10 +1005,11 @@ def _complete_switch(p: _Pass, dets: dict[str, Detection]) -> dict[str, Detectio
             message=f"Switched to {to}; resuming", attempts=0)
     if sw.get("fromSubscription") == to:  # a switch overruled by spec.subscription back to where it started
         p.event("Normal", "Switched", f"Stayed on {to}: {sw.get('reason')} (a switch left unfinished by a "
-                "controller restart was abandoned)")
+                "controller restart or a failed pass was abandoned)")
     else:
         p.event("Normal", "Switched", f"Switched from {sw.get('fromSubscription')} to {to}: "
-                f"{sw.get('reason') or 'rotation'} (completed after a controller restart)")
+                f"{sw.get('reason') or 'rotation'} (completed after it was interrupted: a controller restart or a "
+                "failed pass)")
     return out
 
 
@@ -1319,8 +1346,23 @@ def _recover(p: _Pass, tab: TabView, rec: TabRecord, det: Detection) -> tuple[Ru
     # An armed continue whose instant is still ahead: the executor waits for it, then checks that the screen
     # is still the one judged here before its first key.
     armed = journal.not_before is not None and journal.not_before > p.now
-    return (RunJournal(tab.name, tab.pane, journal, "recover", verdict.reason,
-                       expect=screen_digest(tab.screen) if armed else ""), what, verdict.reason)
+    return (RunJournal(tab.name, tab.pane, journal_to_perform(journal, p.obs.box.continue_text), "recover",
+                       verdict.reason, expect=screen_digest(tab.screen) if armed else ""), what, verdict.reason)
+
+
+def journal_to_perform(journal: Journal, continue_text: str) -> Journal:
+    """The journal as the executor performs it (it types `journal.text` and nothing else).
+
+    Args:
+        journal: a journal, possibly read from the status of an older controller.
+        continue_text: the agent's continue text (`BoxFacts.continue_text`).
+    Returns:
+        `journal` itself when it carries its text; else (a journal written before journals carried their
+        text: None or "") the same journal with `continue_text`, which is what that controller typed. Only
+        the action's copy gets it: the record (and so status) keeps the journal as it was read, and
+        `recovery_step` judges the screen by that.
+    """
+    return journal if journal.text else replace(journal, text=continue_text)
 
 
 def _held(p: _Pass, tab: TabView, rec: TabRecord) -> None:
@@ -1574,7 +1616,7 @@ def _tabs_status(p: _Pass, obs: Observation, problem: tuple[str, str] | None = N
         if stream.connected:
             conds = set_condition(conds, C.COND_TERMINAL_STREAM, True, C.R_STREAMING,
                                   "The live tmux stream is attached", now, gen)
-        elif stream.given_up:
+        elif stream_given_up(stream):
             why = f"Polling the tabs: {stream.why or 'the live tmux stream failed again and again'}"
             conds = set_condition(conds, C.COND_TERMINAL_STREAM, False, C.R_STREAM_UNUSABLE, why, now, gen)
             if p.mem.stream_warned != stream.pod:

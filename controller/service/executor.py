@@ -88,6 +88,9 @@ class Executor:
         self.results: dict[Act, Any] = {}
         self.records: dict[str, TabRecord] = {}
         self.written: dict[str, TabRecord] = {}   # records whose journal was written ahead
+        # status.switch as written ahead by a switch not finished yet (a pass that fails mid-switch keeps it:
+        # the next pass completes it as a restarted controller would, the tabs it stopped included)
+        self.switch_written: Mapping[str, Any] | None = None
         self._status: BoxStatus | None = None
         self._tab_ids: Mapping[str, str] = {}
         changes = getattr(rt, "box_changes", None)
@@ -259,11 +262,14 @@ class Executor:
             return Done(False)
         started, installing, finished = switch_patches(action)
         await self._write(started)
+        self.switch_written = started["switch"]
         for _, pane in action.stop:
             await self._press(pane, self.adapter.interrupt_keys)
         await self._write(installing)
+        self.switch_written = installing["switch"]
         await self._put_login(login[1])
         await self._write(finished)
+        self.switch_written = None
         return Done(True)
 
     # ------------------------------------------------------------------ keys
@@ -417,7 +423,7 @@ class Executor:
         term, s = self.term, self.rt.settings
         argv = tuple(self.adapter.restart_argv or ())
         keys = tuple(self.adapter.interrupt_keys)
-        text = journal.text or self.adapter.continue_text
+        text = journal.text or ""  # the decision fills it (`controller.domain.box.journal_to_perform`)
         not_before = journal.not_before
         entered_at: datetime | None = None
 
@@ -449,7 +455,12 @@ class Executor:
             if i:
                 await self._advance([tab], step)
             if step == Step.INTERRUPT:
-                await self._press(pane, keys)
+                # An agent already gone (the shell in the foreground, no agent input box on the screen: stopped by
+                # a switch, or it exited) gets no Ctrl-C: at the shell the keys wipe its line, and bash may handle
+                # their SIGINT after reading the relaunch typed behind them (the relaunch was discarded, the agent
+                # left dead at the shell).
+                if not await at_shell() or await self.screen_ready(pane):
+                    await self._press(pane, keys)
                 if not await term.wait_until(at_shell, s.restart_timeout_s):
                     return outcome(False, step, restarted)
             elif step == Step.RELAUNCH:

@@ -30,8 +30,8 @@ from pydantic import ValidationError
 from controller import constants as C
 from controller import metrics
 from controller.domain.box import (  # noqa: F401 - record helpers re-exported for their former callers
-    CAPTURE_NO_SESSION, CAPTURE_TOO_LARGE, CAPTURE_TRANSPORT, READY_REASONS, BoxDecision, BoxFacts, BoxStatus,
-    CaptureFailure, DecideConfig, Memory, Observation, PodFacts, StreamView, TabView, agent_ready, box_facts,
+    CAPTURE_NO_SESSION, CAPTURE_TOO_LARGE, CAPTURE_TRANSPORT, INVALID_SPEC_BOX, READY_REASONS, BoxDecision, BoxFacts,
+    BoxStatus, CaptureFailure, DecideConfig, Memory, Observation, PodFacts, StreamView, TabView, agent_ready, box_facts,
     candidate_from, screen_key,
     decide, journal_from_status, journal_to_status, memory_from_status, record_from_status, record_to_status,
     reserve_from,
@@ -107,7 +107,11 @@ class BoxWatcher:
         self._uid = meta.get("uid")
         parsed = self._parse_spec(body)
         if parsed is None:
-            return s.scan_interval_s  # the reconcile handler reports the invalid spec
+            # Decided as any pass (nothing to do; when to look again), its memory kept as it was.
+            now = self.rt.clock()
+            invalid = Observation(box=INVALID_SPEC_BOX, spec_valid=False, scan_interval_s=s.scan_interval_s,
+                                  stream_rescan_s=s.stream_rescan_s)
+            return decide(invalid, self.memory or Memory(), now, self.cfg).next_pass_in(now)
         spec, adapter, facts, (patterns, pattern_problems), thash = parsed
         status = body.get("status") or {}
         self.writer.seen(body)
@@ -217,8 +221,12 @@ class BoxWatcher:
                 log.error("Box %s/%s: the decision did not complete in %d rounds", self.namespace, self.name,
                           MAX_ROUNDS)
         except BaseException:
-            if executor.written:
-                self.memory = replace(mem0, records={**mem0.records, **executor.written})
+            if executor.written or executor.switch_written is not None:
+                # What was written ahead stays: the tab journals, and a switch left in status.switch (its
+                # agents may be stopped already: the next pass completes it, `domain.box._complete_switch`,
+                # instead of deciding afresh on tabs that no longer show the limit they were stopped for).
+                self.memory = replace(mem0, records={**mem0.records, **executor.written},
+                                      pending_switch=executor.switch_written or mem0.pending_switch)
             raise
         assert decision is not None
         self.memory = decision.memory
@@ -256,8 +264,8 @@ class BoxWatcher:
     def _stream_state(self) -> StreamView | None:
         if self.stream is None:
             return None
-        return StreamView(self.stream.connected, self.stream.unavailable,
-                          self.stream.failures >= self.stream.max_failures, self._stream_pod)
+        return StreamView(self.stream.connected, self.stream.unavailable, self.stream.failures,
+                          self.stream.max_failures, self._stream_pod)
 
     def _screen_ready(self, term: BoxTerminal, agent: str, tz: str, patterns: list[Any]) -> Any:
         async def ready(pane: str) -> bool:
