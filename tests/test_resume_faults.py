@@ -255,6 +255,10 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     use_mode(world, terminal)
     fault = inject(world, terminal, ExecFault(mode=mode, pod="box", match=ctrl_c, when=when, skip=skip,
                                               on_match=world.kill_operator_now))
+    sent: list[list[str]] = []  # every Ctrl-C either controller sent, on either path (the spy takes no call)
+    spy = ExecFault(mode="pass", match=lambda argv: bool(ctrl_c(argv) and sent.append(argv)), times=None)
+    world.kube.exec_faults.insert(0, spy)
+    world.kube.stream_faults.insert(0, spy)
     world.start_operator()
     # Both subscriptions look available: the switch is triggered by the limit line itself, once the tab shows it.
     for name, five in (("a", 10.0), ("b", 10.0)):
@@ -286,6 +290,10 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     assert [e.get("argv") for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
     status = (world.box("box") or {}).get("status") or {}
     assert status.get("subscription") == "b" and "switch" not in status
+    # Exactly the two that stop Codex reached the box (a dropped one never did): none into the shell it exited to,
+    # where their SIGINT can make bash discard the relaunch typed right behind them.
+    reached = len(sent) - (1 if mode == "drop" else 0)
+    assert reached == 2, f"{reached} Ctrl-C reached the box: {sent}"
 
 
 @pytest.mark.parametrize("point", ["typed-continue", "enter"])
