@@ -260,6 +260,37 @@ async def test_codex_box_is_stopped_before_its_login_changes_then_resumed(world:
     assert status(world, "box").get("subscription") == "b"
 
 
+async def test_codex_stopped_by_the_switch_gets_no_ctrl_c_at_its_shell_before_the_relaunch(world: World):
+    """The switch stops the limited Codex (Ctrl-C twice: it exits to the tab's shell), then its resume relaunches
+    it. The restart's own Interrupt step finds the agent gone: it must not press Ctrl-C into the shell. Those
+    keys wipe the shell's line, and bash handles their SIGINT after it may already have read the relaunch typed
+    right behind them (6 ms later): the line 'codex resume --last' was discarded, the agent stayed dead at the
+    shell (ResumeNotTakingEffect; 2 runs in 10 of the test above on a loaded machine)."""
+    from agentbox_sim.kube import ExecFault
+
+    keys: list[list[str]] = []
+
+    def spy(argv: list[str]) -> bool:
+        if "send-keys" in argv:
+            keys.append(list(argv))
+        return False
+    world.kube.stream_faults.append(ExecFault(mode="pass", match=spy, times=None))
+    world.kube.exec_faults.append(ExecFault(mode="pass", match=spy, times=None))
+    world.start_operator()
+    await codex_subscription(world, "a", 100.0)
+    await codex_subscription(world, "b", 10.0)
+    await sub_state(world, "b", "Available")
+    await world.add_box("box", "codex", "a", whenAgentStops={"rotation": {"enabled": True}})
+    await world.run_pod("box", [TabSpec("main", ["codex"])], shims={"codex": fake_agent_argv(
+        "codex", time.time() + 3600, "--limited-token", "tok-a")})
+    await eventually(lambda: submits(world, "box"), 30, what="continue on the new account")
+    ctrl_c = [argv for argv in keys if "C-c" in argv]
+    assert len(ctrl_c) == 2, f"two Ctrl-C (the agent's exit), none at the shell: {ctrl_c}"
+    log = world.agent_log("box", "main")
+    assert [e.get("argv") for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
+    assert [e["text"] for e in submits(world, "box")] == ["continue"] and submits(world, "box")[0]["token"] == "tok-b"
+
+
 async def test_limit_line_printed_before_a_switch_is_not_the_new_subscriptions_limit(world: World):
     """The demo's race (b3): the box moves off an exhausted subscription on a pass whose capture
     missed the agent's limit line (not painted yet); the next capture shows that line. It was printed

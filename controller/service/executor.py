@@ -460,7 +460,12 @@ class Executor:
             if i:
                 await self._advance([tab], step)
             if step == Step.INTERRUPT:
-                await self._press(pane, keys)
+                # An agent already gone (the shell in the foreground, no agent input box on the screen: stopped by
+                # a switch, or it exited) gets no Ctrl-C: at the shell the keys wipe its line, and bash may handle
+                # their SIGINT after reading the relaunch typed behind them (the relaunch was discarded, the agent
+                # left dead at the shell).
+                if not await at_shell() or await self.screen_ready(pane):
+                    await self._press(pane, keys)
                 if not await term.wait_until(at_shell, s.restart_timeout_s):
                     return outcome(False, step, restarted)
             elif step == Step.RELAUNCH:
