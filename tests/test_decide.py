@@ -2,7 +2,8 @@
 
 Each case builds an `Observation` and a `Memory`, runs `decide` the way the watcher does (a blocking action's
 result is fed to the next call of the same pass) and checks the actions, the records, the status and the
-conditions. `merge_conditions` (the writer's merge by type) is tested at the end.
+conditions. `merge_conditions` (the writer's merge by type) is tested at the end, and the raw facts the executor
+returns for a decision rule (the usage read's login provider).
 """
 
 from __future__ import annotations
@@ -58,12 +59,43 @@ def test_restarting_agent_gets_a_journaled_restart_per_tab():
 def test_reset_not_reached_per_usage_reschedules_without_sending():
     later = NOW + timedelta(hours=1)
     d, _ = run(observe(tab(limited())), Memory(records={"main": due()}),
-               lambda a: UsageRead(usage(100.0, later), NOW) if isinstance(a, ReadUsage) else ok(a))
+               lambda a: UsageRead(usage(100.0, later), NOW, a.provider) if isinstance(a, ReadUsage) else ok(a))
     assert not any(isinstance(a, (SendContinue, RunJournal)) for a in d.actions)
     assert d.tab_records["main"].resume_at == later + timedelta(seconds=10)
     assert ("Normal", "ResetNotYet") in events(d)
     # Looked at again during the margin (prepare_s 8 before the resume instant) to arm the send for it.
     assert later + timedelta(seconds=2) in d.wake_at
+
+
+@pytest.mark.parametrize("login_provider,counts", [
+    ("anthropic", True),   # the login is the agent's provider's: its usage counts (100 %: not reset yet)
+    ("openai", False),     # a login of another provider: unknown, resumed on the screen's reset time
+    (None, False),         # no usable login: unknown
+])
+def test_usage_counts_only_when_read_with_a_login_of_the_agents_provider(login_provider: str | None,
+                                                                        counts: bool):
+    from controller.domain.box import usage_known
+
+    later = NOW + timedelta(hours=1)
+    read = UsageRead(usage(100.0, later), NOW, login_provider)
+    assert (usage_known(read, "anthropic") is read.usage) == counts
+    d, _ = run(observe(tab(limited())), Memory(records={"main": due()}),
+               lambda a: read if isinstance(a, ReadUsage) else ok(a))
+    ask = next(a for a in d.actions if isinstance(a, ReadUsage))
+    assert ask.provider == "anthropic"  # the usage API asked is the agent's provider's
+    rec = d.tab_records["main"]
+    assert not any(isinstance(a, SendContinue) for a in d.actions)
+    if counts:  # the window still at 100 %: waits for its reset
+        assert ("Normal", "ResetNotYet") in events(d) and rec.resume_at == later + timedelta(seconds=10)
+    else:  # unknown, never "exhausted": the screen's reset (passed), resumed after its minute
+        assert ("Normal", "ResetNotYet") not in events(d) and rec.resume_at == NOW + timedelta(seconds=10)
+        assert rec.message.startswith("Usage API could not confirm the reset")  # type: ignore[union-attr]
+
+
+def test_the_usage_read_asks_the_agents_provider():
+    obs = observe(tab(limited()), box=CODEX, subs=(sub("sub-a", provider="openai"),))
+    d, _ = run(obs, Memory(records={"main": due()}))
+    assert next(a for a in d.actions if isinstance(a, ReadUsage)).provider == "openai"
 
 
 def test_failed_resume_asks_a_human():
@@ -79,7 +111,7 @@ def test_failed_resume_asks_a_human():
 def test_limit_with_unknown_reset_and_unreadable_usage_rechecks_later():
     det = limited(resets_at=None)
     d, _ = run(observe(tab(det)), Memory(),
-               lambda a: UsageRead(None, NOW) if isinstance(a, ReadUsage) else ok(a))
+               lambda a: UsageRead(None, NOW, a.provider) if isinstance(a, ReadUsage) else ok(a))
     assert ("Normal", "LimitDetected") in events(d)
     rec = d.tab_records["main"]
     assert rec.phase == Phase.RATE_LIMITED and rec.resume_at == NOW + timedelta(seconds=300)
@@ -711,3 +743,31 @@ def test_a_box_whose_tabs_are_not_watched_asks_for_its_session(exists: bool | No
     stopped = replace(obs, pod=ContainerView(False, C.R_CONTAINER_WAITING, "CrashLoopBackOff"))
     assert not any(isinstance(a, CheckSession) for a in run(stopped, Memory())[0].actions)
     assert not any(isinstance(a, CheckSession) for a in run(replace(observe(), session=None, tabs=None), Memory())[0].actions)
+
+
+# ---------------------------------------------------------------------------------------------- the executor's usage read
+@pytest.mark.parametrize("login_provider,reads", [("anthropic", True), ("openai", False), (None, False)])
+async def test_the_executor_returns_the_logins_provider_and_never_sends_a_login_to_another_provider(
+        login_provider: str | None, reads: bool):
+    """The usage read's raw facts (`UsageRead.login_provider`; `usage_known` decides): a login of another
+    provider is never sent to the asked provider's API, and nothing is decided in the executor."""
+    from types import SimpleNamespace
+
+    from controller.service.executor import Executor
+
+    calls: list[tuple[Any, ...]] = []
+
+    async def load(kube: Any, namespace: str, name: str) -> Any:
+        return SimpleNamespace(usable=login_provider is not None, provider=login_provider, text="{}", login="L")
+
+    async def get(key: Any, provider: str, login: Any, **kw: Any) -> Usage:
+        calls.append((key, provider, login))
+        return usage(20.0)
+
+    rt = SimpleNamespace(logins=SimpleNamespace(load=load), usage=SimpleNamespace(get=get), kube=None,
+                         clock=lambda: NOW)
+    ex = Executor(rt, "ns", "box", "u1", None, None, lambda *a: None, None, None, {}, None, None)  # type: ignore[arg-type]
+    read = await ex._blocking(ReadUsage("sub-a", 60.0, ("main",), "anthropic"))
+    assert read.login_provider == login_provider and read.at == NOW
+    assert (read.usage is not None) == reads
+    assert calls == ([(("ns", "sub-a"), "anthropic", "L")] if reads else [])

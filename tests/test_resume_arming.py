@@ -43,7 +43,7 @@ def answers(now: datetime, percent: float = 20.0, resets: datetime | None = None
     as `send` says (default: they moved the screen)."""
     def respond(a):
         if isinstance(a, ReadUsage):
-            return UsageRead(usage(percent, resets or now + timedelta(hours=4)), now)
+            return UsageRead(usage(percent, resets or now + timedelta(hours=4)), now, a.provider)
         if send is not None and isinstance(a, (SendContinue, RunJournal)):
             return send(a)
         return ok(a)

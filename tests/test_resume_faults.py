@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import shlex
 import time
 from datetime import datetime
 
@@ -73,14 +74,32 @@ async def streaming(world: World, mode: str, box: str = "box-a") -> None:
     await eventually(attached, 15, what="the live tmux stream attached")
 
 
-async def claude_box(world: World, reset_in: float, *agent_args: str) -> float:
+def start_agent(world: World, pod: str, argv: list[str], tab: str = "main") -> None:
+    """Type `argv` at the shell of a tab started bare (`TabSpec(tab, [])`), as a human starting the agent."""
+    world.tmux(pod, "send-keys", "-t", f"=agentbox:{tab}", "-l", shlex.join(argv))
+    world.tmux(pod, "send-keys", "-t", f"=agentbox:{tab}", "Enter")
+
+
+async def claude_box(world: World, reset_in: float, *agent_args: str, terminal: str | None = None) -> float:
+    """Box `box-a` on `claude-a`, its tab running the scripted Claude Code limited until `reset_in` s from now.
+
+    `terminal` given: the tab starts as a bare shell and the agent once the box is watched in that mode (stream:
+    its live stream attached), so that what its first screen asks for (a menu's answer) travels on that path
+    and meets a kill point installed there. The watcher's first pass starts the stream and meanwhile reads the
+    tabs over the exec: an agent that shows its limit at that pass would be answered over the exec."""
     reset = reset_epoch(reset_in)
     world.provider.add_login("tok-a", "acct-a")
     world.provider.set_windows("acct-a", five_hour=(100.0, at(reset)), weekly=(40.0, utc_in(86400)))
     await world.add_secret("claude-login", "credentials.json", claude_login("tok-a"))
     await world.add_subscription("claude-a", "anthropic", "claude-login", "credentials.json")
     await world.add_box("box-a", "claude-code", "claude-a")
-    await world.run_pod("box-a", [TabSpec("main", fake_agent_argv("claude-code", reset, *agent_args))])
+    argv = fake_agent_argv("claude-code", reset, *agent_args)
+    if terminal is None:
+        await world.run_pod("box-a", [TabSpec("main", argv)])
+        return reset
+    await world.run_pod("box-a", [TabSpec("main", [])])
+    await streaming(world, terminal)
+    start_agent(world, "box-a", argv)
     return reset
 
 
@@ -171,10 +190,8 @@ async def test_menu_answer_killed_is_answered_once_then_resumed_once(world: Worl
     fault = inject(world, terminal, ExecFault(mode="drop" if when == "before" else "pass", pod="box-a",
                                               match=menu_digit, when=when, on_match=world.kill_operator_now))
     world.start_operator()
-    # The agent works first and opens the menu 4 s in: time for the stream to attach.
-    await claude_box(world, 10.0, "--menu", "--menu-upgrade-first", "--start-working", "--limit-at",
-                     str(time.time() + 4))
-    await streaming(world, terminal)
+    # The menu opens as the agent starts, once the stream is attached (not at a fixed instant the stream may miss).
+    await claude_box(world, 10.0, "--menu", "--menu-upgrade-first", terminal=terminal)
     await kill_and_restart(world, fault, 30)
     await eventually(lambda: submits(world, "box-a", "main"), 30, what="continue after the restart")
     await asyncio.sleep(world.settings.settle_s + 2)
@@ -238,6 +255,10 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     use_mode(world, terminal)
     fault = inject(world, terminal, ExecFault(mode=mode, pod="box", match=ctrl_c, when=when, skip=skip,
                                               on_match=world.kill_operator_now))
+    sent: list[list[str]] = []  # every Ctrl-C either controller sent, on either path (the spy takes no call)
+    spy = ExecFault(mode="pass", match=lambda argv: bool(ctrl_c(argv) and sent.append(argv)), times=None)
+    world.kube.exec_faults.insert(0, spy)
+    world.kube.stream_faults.insert(0, spy)
     world.start_operator()
     # Both subscriptions look available: the switch is triggered by the limit line itself, once the tab shows it.
     for name, five in (("a", 10.0), ("b", 10.0)):
@@ -251,8 +272,7 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     # meanwhile reads the tabs over the exec: an agent limited at that pass would be stopped over the exec (the
     # stream's kill point never reached). So the agent starts (and prints its limit) once the stream is attached.
     await streaming(world, terminal, box="box")
-    world.tmux("box", "send-keys", "-t", "=agentbox:main", "-l", "codex")
-    world.tmux("box", "send-keys", "-t", "=agentbox:main", "Enter")
+    start_agent(world, "box", ["codex"])
     try:
         await eventually(lambda: fault.hits, 40, what="the kill point")
     except TimeoutError:
@@ -270,6 +290,10 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     assert [e.get("argv") for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
     status = (world.box("box") or {}).get("status") or {}
     assert status.get("subscription") == "b" and "switch" not in status
+    # Exactly the two that stop Codex reached the box (a dropped one never did): none into the shell it exited to,
+    # where their SIGINT can make bash discard the relaunch typed right behind them.
+    reached = len(sent) - (1 if mode == "drop" else 0)
+    assert reached == 2, f"{reached} Ctrl-C reached the box: {sent}"
 
 
 @pytest.mark.parametrize("point", ["typed-continue", "enter"])

@@ -67,7 +67,7 @@ def test_a_tab_limited_on_the_old_subscription_is_resumed_on_the_new_one_now():
 def test_the_new_subscription_exhausted_too_waits_for_its_own_reset():
     det = limited(resets_at=NOW + timedelta(hours=3))
     b_reset = NOW + timedelta(minutes=30)
-    respond = lambda a: UsageRead(usage(100.0, b_reset), NOW) if isinstance(a, ReadUsage) else ok(a)  # noqa: E731
+    respond = lambda a: UsageRead(usage(100.0, b_reset), NOW, a.provider) if isinstance(a, ReadUsage) else ok(a)  # noqa: E731
     d, _ = run(observe(tab(det), box=moved(), subs=(A, B)), Memory(current="sub-a"), respond)
     rec = d.tab_records["main"]
     assert rec.phase == Phase.RATE_LIMITED and rec.resets_at == b_reset

@@ -67,12 +67,14 @@ class ClearAnnotation:
 
 @dataclass(frozen=True)
 class ReadUsage:
-    """Blocking: re-read the usage of subscription `subscription`, no older than `max_age_s` seconds.
-    Result: `UsageRead`."""
+    """Blocking: re-read the usage of subscription `subscription`, no older than `max_age_s` seconds, from the
+    usage API of `provider` (the box's agent's, `BoxFacts.provider`), with the subscription's login when it
+    is a login of that provider (a login is never sent to another provider's API). Result: `UsageRead`."""
 
     subscription: str
     max_age_s: float
     tabs: tuple[str, ...]
+    provider: str = ""
 
 
 @dataclass(frozen=True)
@@ -186,10 +188,18 @@ class PodCreated:
 
 @dataclass(frozen=True)
 class UsageRead:
-    """Result of `ReadUsage`: the usage (None when unreadable) and the instant it was read (UTC)."""
+    """Result of `ReadUsage`, as raw facts (`controller.domain.box.usage_known` says what counts).
+
+    Attributes:
+        usage: the usage read (None: not read, or the read failed).
+        at: the instant of the read (UTC).
+        login_provider: the provider of the subscription's login as loaded ("anthropic" | "openai"...); None
+            when the subscription has no usable login.
+    """
 
     usage: Usage | None
     at: datetime
+    login_provider: str | None = None
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from controller.domain.resume import (
 )
 from controller.domain.rotation import Candidate, choose_next, first_to_reset, follow_spec, group_members, must_leave
 from controller.domain.signals import last_lines, merge
-from controller.domain.types import Detection, LimitKind, TabState, plausible_reset
+from controller.domain.types import Detection, LimitKind, TabState, Usage, plausible_reset
 from controller.redact import STATUS_MESSAGE_MAX, bounded
 
 READY_REASONS = frozenset({
@@ -1414,6 +1414,22 @@ def _recovered(p: _Pass, tab: TabView, action: RunJournal, what: str, reason: st
     p.wake[tab.name] = None
 
 
+def usage_known(read: UsageRead, provider: str) -> Usage | None:
+    """The usage a resume may rely on from a `ReadUsage`'s raw result.
+
+    Args:
+        read: the result (the usage, the provider of the subscription's login).
+        provider: the box's agent's provider (`BoxFacts.provider`).
+    Returns:
+        `read.usage` when the subscription's login is a login of `provider`; else None (unknown, never
+        "exhausted": no usable login, or a login of another provider, whose usage says nothing of this
+        agent's). The resume then goes by the screen's reset time.
+    """
+    if read.login_provider is None or read.login_provider != provider:
+        return None
+    return read.usage
+
+
 def _resume_due(p: _Pass, due: list[TabView]) -> None:
     """Resume every due tab together: one usage read, one write-ahead of every journal, then the keys:
     agents that only need `continue` get it in one batched call per send instant; agents that restart are
@@ -1431,12 +1447,13 @@ def _resume_due(p: _Pass, due: list[TabView]) -> None:
         resets = p.records[tab.name].resets_at
         if resets is not None:
             max_age = min(max_age, max(0.0, (p.now - resets).total_seconds()))
-    read: UsageRead = p.ask(ReadUsage(current, max_age, tuple(t.name for t in due)))
+    read: UsageRead = p.ask(ReadUsage(current, max_age, tuple(t.name for t in due), box.provider))
     now = read.at
+    known = usage_known(read, box.provider)
     sending: list[tuple[TabView, TabRecord, datetime | None]] = []  # (tab, its record before, not_before)
     for tab in due:
         rec = p.records[tab.name]
-        nxt = after_usage(rec, usage_verdict(read.usage, rec.window, now), now, p.cfg.resume)
+        nxt = after_usage(rec, usage_verdict(known, rec.window, now), now, p.cfg.resume)
         p.records[tab.name] = nxt.record
         p.wake[tab.name] = nxt.wake_at
         if nxt.record.phase == Phase.RESUMING:
@@ -1492,7 +1509,7 @@ def _resume_due(p: _Pass, due: list[TabView]) -> None:
         if res.ok:
             # Said when the reset could not be confirmed (usage API down, refused, throttled): the tab was
             # resumed on the screen's reset time, late rather than never.
-            unconfirmed = "" if read.usage is not None else (
+            unconfirmed = "" if known is not None else (
                 " (the usage API could not be read; resumed on the screen's reset time; see the "
                 "Subscription's UsageFetched condition)")
             p.event("Normal", "Resumed", f"Tab {tab.name}: {how} after the usage limit reset{unconfirmed}")

@@ -157,7 +157,7 @@ class Executor:
 
     async def _blocking(self, action: Act) -> Any:
         if isinstance(action, ReadUsage):
-            return UsageRead(await self._usage(action), self.rt.clock())
+            return await self._usage(action)
         if isinstance(action, CheckSession):
             return await self._session()
         if isinstance(action, ReadStructured):
@@ -211,21 +211,26 @@ class Executor:
         await self.rt.kube.ensure_secret(make_box_secret(body, self.adapter.login_secret_key(), text))
         await boxfiles.write_login(self.term.exec_fn, self.adapter, text)
 
-    async def _usage(self, action: ReadUsage) -> Any:
-        """The subscription's usage read no older than the action allows (None when unreadable)."""
-        provider = self.adapter.provider or ""
+    async def _usage(self, action: ReadUsage) -> UsageRead:
+        """The subscription's usage from `action.provider`'s API, no older than the action allows, and the
+        provider of the login it was read with (`UsageRead`, raw: the decision says what counts,
+        `controller.domain.box.usage_known`). A login of another provider is not sent to that API (the call
+        cannot be made with it): usage None, its provider said. A failed read: usage None."""
+        provider = action.provider
+        login_provider: str | None = None
+        usage: Any = None
         try:
             found = await self._login(action.subscription)
-            if found is None or found[0] != provider:
-                return None
-            usage = await self.rt.usage.get((self.namespace, action.subscription), provider, found[2],
-                                            max_age_s=action.max_age_s, now=self.rt.clock)
-            metrics.USAGE_READS.labels(provider, "ok").inc()
-            return usage
-        except Exception as exc:  # noqa: BLE001 - any failure means "unknown", never "exhausted"
+            if found is not None:
+                login_provider = found[0]
+            if found is not None and found[0] == provider:
+                usage = await self.rt.usage.get((self.namespace, action.subscription), provider, found[2],
+                                                max_age_s=action.max_age_s, now=self.rt.clock)
+                metrics.USAGE_READS.labels(provider, "ok").inc()
+        except Exception as exc:  # noqa: BLE001 - a failed read is no usage (the decision: unknown)
             metrics.USAGE_READS.labels(provider, "error").inc()
             log.info("Box %s/%s: usage read failed (%s)", self.namespace, self.name, type(exc).__name__)
-            return None
+        return UsageRead(usage, self.rt.clock(), login_provider)
 
     async def _session(self) -> SessionSeen:
         """`tmux has-session` in the box container; unknown (None) when the exec itself failed."""

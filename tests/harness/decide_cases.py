@@ -70,7 +70,7 @@ Responder = Callable[[Any], Any]
 def ok(action: Any) -> Any:
     """Every blocking action succeeds: usage under 100 %, logins install, keys move the screen."""
     if isinstance(action, ReadUsage):
-        return UsageRead(usage(20.0), NOW)
+        return UsageRead(usage(20.0), NOW, action.provider)
     if isinstance(action, ReadStructured):
         return StructuredRead(None)
     if isinstance(action, (InstallLogin, SwitchSubscription)):
