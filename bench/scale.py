@@ -21,7 +21,9 @@ Phases:
    Python thread, unlike a real API server): a burst whose operator CPU is far below its window waits on
    something else than the controller's CPU); per tab: `cpu_ms_per_tab`, `requests_per_tab`,
    `status_writes_per_tab` and `passes_per_tab` (the controller's `agentbox_watcher_passes_total`, read
-   from the operator's metrics port).
+   from the operator's metrics port). On the stream, `enter_sent_lag_p50_s`/`_p99_s`/`_max_s` (per burst
+   `enter_sent_p99_s`): the Enter line's arrival at the emulated API server - (reset + margin), the
+   controller's part of the lag (`EnterTap`); the rest is the emulated kubelet, tmux and the tab's process.
 
 The operator runs as its own OS process (`python -m controller run`, as in a cluster, PR_SET_PDEATHSIG),
 so it does not share a GIL with the API server and provider emulators (this process): `cpu_idle_cores` is
@@ -77,6 +79,24 @@ printf '%s %s\n' "${EPOCHREALTIME:-$(date +%s.%N)}" "$line" >> "$2"
 printf 'working\n'
 exec sleep 1000000
 """
+
+
+class EnterTap:
+    """Records when each pod's first Enter-only tmux line (the continue's Enter) reaches the emulated API server
+    on the pod's control stream: ``at[pod]`` epoch seconds. It never applies (returns False), so it changes
+    nothing but its own bookkeeping; the emulator asks it as it asks its stream faults (``applies(pod, argv)``).
+    The Enter's arrival minus the deadline is the controller's part of the lag; the rest is the emulated kubelet,
+    tmux and the tab's process on the same cores."""
+
+    when = "before"
+
+    def __init__(self) -> None:
+        self.at: dict[str, float] = {}
+
+    def applies(self, pod: str, argv: list[str]) -> bool:
+        if "send-keys" in argv and "Enter" in argv and "-l" not in argv:
+            self.at.setdefault(pod, time.time())
+        return False
 
 
 def log(msg: str) -> None:
@@ -332,6 +352,9 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
         for s in range(args.subscriptions):
             r = datetime.fromtimestamp(resets[s % groups], timezone.utc)
             world.provider.set_windows(f"acct-{s}", five_hour=(100.0, r), weekly=(20.0, week))
+        tap = EnterTap()
+        if args.stream:
+            world.kube.stream_faults.append(tap)  # type: ignore[arg-type]  # duck-typed: applies() only
         for box in boxes:
             clock = claude_clock(datetime.fromtimestamp(reset_of[box], timezone.utc), "UTC")
             fd = os.open(fifos[box], os.O_WRONLY | os.O_NONBLOCK)
@@ -400,6 +423,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             early += t < reset_of[box]
             lags.append(t - reset_of[box] - settings.resume_margin_s)
             lags_of[reset_of[box]].append(lags[-1])
+        sent = {r: [tap.at[b] - r - settings.resume_margin_s for b in m if b in tap.at] for r, m in members.items()}
+        sent_all = [x for v in sent.values() for x in v]
         c2 = cpu_s()
         stop_profiler(profiler)
         p99 = pct(lags, 99)
@@ -421,12 +446,16 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             "resume_lag_p50_s": round(p50, 3) if p50 is not None else None,
             "resume_lag_p99_s": round(p99, 3) if p99 is not None else None,
             "resume_lag_max_s": round(max(lags), 3) if lags else None,
+            # the controller's part: the Enter line at the API server (stream only) - (reset + margin)
+            "enter_sent_lag_p50_s": _r(pct(sent_all, 50)), "enter_sent_lag_p99_s": _r(pct(sent_all, 99)),
+            "enter_sent_lag_max_s": _r(max(sent_all) if sent_all else None),
             "resume_margin_s": settings.resume_margin_s,
             "resume_prepare_s": settings.resume_prepare_s,
             "resume_write_budget_s": settings.resume_write_budget_s,
             "resume_lag_by_burst": [
                 {"tabs": len(members[r]), "resumed": len(v),
                  "p50_s": _r(pct(v, 50)), "p99_s": _r(pct(v, 99)), "max_s": _r(max(v) if v else None),
+                 "enter_sent_p99_s": _r(pct(sent[r], 99)),
                  "window_s": _r(wall_used.get(r)), "cpu_s": _r(cpu_used.get(r)),
                  "cpu_ms_per_tab": _r(cpu_used[r] * 1000 / len(members[r])) if r in cpu_used else None,
                  **burst_requests(world, journal_span.get(r), len(members[r]), passes_used.get(r)),
