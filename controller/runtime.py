@@ -33,8 +33,9 @@ class Runtime:
             only counts (no API writes); the operator's startup gives it the Kubernetes client.
         wakeups: per box (namespace, name) an Event that wakes its tab watcher early.
         interests: per box (namespace, name) what a Subscription change must wake it for, as its watcher
-            last saw it: (the subscription it runs on, the provider whose Subscriptions it rotates over or
-            None). A box not in it (no pass yet) is woken by every change of its namespace.
+            last saw it: (the names of the Subscriptions it runs on or is to move to: status.subscription and
+            spec.subscription, the provider whose Subscriptions it rotates over or None). A box not in it (no
+            pass yet) is woken by every change of its namespace.
         status_writers: per object (plural, namespace, name) its one status writer
             (:func:`controller.service.status.writer_of`), shared by every writer of that object.
         sub_views: rotation's views of each namespace's Subscriptions, converted once per object version
@@ -62,7 +63,7 @@ class Runtime:
     clock: Clock = utcnow
     events: Recorder = field(default=None)  # type: ignore[assignment]
     wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
-    interests: dict[tuple[str, str], tuple[str, str | None]] = field(default_factory=dict)
+    interests: dict[tuple[str, str], tuple[tuple[str, ...], str | None]] = field(default_factory=dict)
     status_writers: dict[tuple[str, str, str], StatusWriter] = field(default_factory=dict)
     box_changes: dict[tuple[str, str], int] = field(default_factory=dict)
     daemon_uids: dict[tuple[str, str], str | None] = field(default_factory=dict)

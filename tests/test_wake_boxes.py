@@ -27,11 +27,11 @@ def test_a_subscription_wakes_its_boxes_the_boxes_rotating_over_its_provider_and
     for name in ("on-a", "on-b", "rotates-anthropic", "rotates-openai", "no-pass-yet"):
         rt.wakeup("ns", name)
     rt.wakeup("other-ns", "on-a")
-    rt.interests[("ns", "on-a")] = ("sub-a", None)
-    rt.interests[("ns", "on-b")] = ("sub-b", None)
-    rt.interests[("ns", "rotates-anthropic")] = ("sub-x", "anthropic")
-    rt.interests[("ns", "rotates-openai")] = ("sub-y", "openai")
-    rt.interests[("other-ns", "on-a")] = ("sub-a", None)
+    rt.interests[("ns", "on-a")] = (("sub-a",), None)
+    rt.interests[("ns", "on-b")] = (("sub-b",), None)
+    rt.interests[("ns", "rotates-anthropic")] = (("sub-x",), "anthropic")
+    rt.interests[("ns", "rotates-openai")] = (("sub-y",), "openai")
+    rt.interests[("other-ns", "on-a")] = (("sub-a",), None)
 
     wake_boxes(rt, "ns", "sub-a", "anthropic")
 
@@ -39,12 +39,27 @@ def test_a_subscription_wakes_its_boxes_the_boxes_rotating_over_its_provider_and
     assert woken == {("ns", "on-a"), ("ns", "rotates-anthropic"), ("ns", "no-pass-yet")}
 
 
+def test_a_box_moving_to_the_subscription_its_spec_names_is_woken_by_that_one_too():
+    """Rotation off, spec.subscription changed from sub-a to sub-b: until the move is done the box runs on
+    sub-a, and sub-b becoming usable (its login created, say) must wake it, not wait for the next scan."""
+    rt = _runtime()
+    rt.wakeup("ns", "moving")
+    rt.wakeup("ns", "staying")
+    rt.interests[("ns", "moving")] = (("sub-a", "sub-b"), None)
+    rt.interests[("ns", "staying")] = (("sub-a",), None)
+
+    wake_boxes(rt, "ns", "sub-b", "anthropic")
+
+    assert rt.wakeups[("ns", "moving")].is_set()
+    assert not rt.wakeups[("ns", "staying")].is_set()
+
+
 def test_a_deleted_subscription_of_unknown_provider_wakes_every_rotating_box():
     rt = _runtime()
     rt.wakeup("ns", "rotates")
     rt.wakeup("ns", "elsewhere")
-    rt.interests[("ns", "rotates")] = ("sub-x", "openai")
-    rt.interests[("ns", "elsewhere")] = ("sub-y", None)
+    rt.interests[("ns", "rotates")] = (("sub-x",), "openai")
+    rt.interests[("ns", "elsewhere")] = (("sub-y",), None)
 
     wake_boxes(rt, "ns", "sub-a", None)
 

@@ -71,7 +71,8 @@ def wake_boxes(rt: Runtime, namespace: str, subscription: str, provider: str | N
     """Wake the box watchers of a namespace that a change of Subscription `subscription` (of `provider`;
     None: unknown) can concern (it changed state or went away), so rotation and the reserve act at once
     instead of at the next scan: the boxes running on it, the boxes rotating over its provider's
-    Subscriptions, and the boxes whose watcher has not said yet (`Runtime.interests`).
+    Subscriptions, the boxes whose spec names it (a move to it pending), and the boxes whose watcher has not
+    said yet (`Runtime.interests`).
 
     Every other box is left asleep: at a reset of many Subscriptions, waking every box of the namespace
     for each of them made every watcher run several passes at the very instant the due boxes resume
@@ -80,7 +81,7 @@ def wake_boxes(rt: Runtime, namespace: str, subscription: str, provider: str | N
         if key[0] != namespace:
             continue
         interest = rt.interests.get(key)
-        if (interest is None or interest[0] == subscription
+        if (interest is None or subscription in interest[0]
                 or (interest[1] is not None and (provider is None or interest[1] == provider))):
             event.set()
 

@@ -237,10 +237,11 @@ class BoxWatcher:
 
     def _note_interest(self) -> None:
         """Tell Subscription changes which of them concern this box (`Runtime.interests`): the one it runs
-        on now (status.subscription after a switch), and its provider's when it rotates."""
+        on now (status.subscription after a switch), the one its spec names (a move there may be pending:
+        its becoming usable must wake the box), and its provider's when it rotates."""
         spec_sub, provider = self._interest
-        self.rt.interests[(self.namespace, self.name)] = ((self.memory.current if self.memory else None)
-                                                          or spec_sub, provider)
+        names = (self.memory.current if self.memory else None, spec_sub)
+        self.rt.interests[(self.namespace, self.name)] = (tuple(dict.fromkeys(n for n in names if n)), provider)
 
     async def _record(self, status: BoxStatus) -> None:
         """Write the decision's status (only when it changed; conditions merged by type)."""
