@@ -283,13 +283,7 @@ async def test_codex_switch_killed_midway_is_completed_once(world: World, point:
     assert ((world.box("box") or {}).get("status") or {}).get("switch", {}).get("to") == "b"
     world.start_operator()
     await eventually(lambda: submits(world, "box", "main"), 40, what="continue on the new account")
-    await asyncio.sleep(world.settings.settle_s + 2)
-    log = world.agent_log("box", "main")
-    subs = [e for e in log if e["event"] == "submit"]
-    assert [e["text"] for e in subs] == ["continue"] and subs[0]["token"] == "tok-b"
-    assert [e.get("argv") for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
-    status = (world.box("box") or {}).get("status") or {}
-    assert status.get("subscription") == "b" and "switch" not in status
+    await moved_once_to_b(world)
     # Exactly the two that stop Codex reached the box (a dropped one never did): none into the shell it exited to,
     # where their SIGINT can make bash discard the relaunch typed right behind them.
     reached = len(sent) - (1 if mode == "drop" else 0)
@@ -313,6 +307,18 @@ async def test_stream_cut_after_a_key_reached_tmux_sends_it_once(world: World, p
     await asyncio.sleep(world.settings.settle_s + 2)
     assert submits(world, "box-a", "main") == ["continue"], "exactly one continue"
     assert "journal" not in tab_status(world, "box-a", "main")
+
+
+async def moved_once_to_b(world: World) -> None:
+    """After the settle time: the Codex box `box` was moved to Subscription b once: one `continue`, on b's
+    token; the agent relaunched once (`codex resume --last`); status on b with no switch left."""
+    await asyncio.sleep(world.settings.settle_s + 2)
+    log = world.agent_log("box", "main")
+    subs = [e for e in log if e["event"] == "submit"]
+    assert [e["text"] for e in subs] == ["continue"] and subs[0]["token"] == "tok-b"
+    assert [e.get("argv") for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
+    status = (world.box("box") or {}).get("status") or {}
+    assert status.get("subscription") == "b" and "switch" not in status
 
 
 def armed_journal(world: World) -> dict | None:
@@ -457,10 +463,4 @@ async def test_codex_switch_whose_login_write_failed_after_the_stop_still_resume
         print("EVENTS", [(e["reason"], e["message"]) for e in world.events("box")])
         print("LOG", world.agent_log("box", "main"))
         raise
-    await asyncio.sleep(world.settings.settle_s + 2)
-    log = world.agent_log("box", "main")
-    subs = [e for e in log if e["event"] == "submit"]
-    assert [e["text"] for e in subs] == ["continue"] and subs[0]["token"] == "tok-b"
-    assert [e.get("argv") for e in log if e["event"] == "start"] == [[], ["resume", "--last"]]
-    status = (world.box("box") or {}).get("status") or {}
-    assert status.get("subscription") == "b" and "switch" not in status
+    await moved_once_to_b(world)
