@@ -1425,9 +1425,7 @@ def usage_known(read: UsageRead, provider: str) -> Usage | None:
         "exhausted": no usable login, or a login of another provider, whose usage says nothing of this
         agent's). The resume then goes by the screen's reset time.
     """
-    if read.login_provider is None or read.login_provider != provider:
-        return None
-    return read.usage
+    return read.usage if read.login_provider == provider else None
 
 
 def _resume_due(p: _Pass, due: list[TabView]) -> None:

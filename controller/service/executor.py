@@ -221,9 +221,8 @@ class Executor:
         usage: Any = None
         try:
             found = await self._login(action.subscription)
-            if found is not None:
-                login_provider = found[0]
-            if found is not None and found[0] == provider:
+            login_provider = found[0] if found is not None else None
+            if found is not None and login_provider == provider:
                 usage = await self.rt.usage.get((self.namespace, action.subscription), provider, found[2],
                                                 max_age_s=action.max_age_s, now=self.rt.clock)
                 metrics.USAGE_READS.labels(provider, "ok").inc()
@@ -371,19 +370,18 @@ class Executor:
                 typing += ([";"] if i else []) + tmux.send_text_argv(panes[name], text)[1:]
             await term.run(typing)
             typed = time.monotonic()
-            if action.not_before is not None:
-                # Armed: the screen the Enter is guarded by is the one right after our typing, taken before the
-                # Enter step's write (which may take most of the write budget): keys a human types during that
-                # write come after our text and must hold the Enter too.
-                await asyncio.sleep(term.send_pause_s)
-                before = await term.capture_all(tabs)
+            # Armed: the screen the Enter is guarded by is the one right after our typing, taken before the Enter
+            # step's write (which may take most of the write budget): keys a human types during that write come
+            # after our text and must hold the Enter too. Unarmed: the write overlaps the send pause.
+            armed = action.not_before is not None
+            if not armed:
                 await self._advance(sending, Step.ENTER)
-            else:
+            await asyncio.sleep(max(0.0, term.send_pause_s - (time.monotonic() - typed)))
+            before = await term.capture_all(tabs)
+            if armed:
                 await self._advance(sending, Step.ENTER)
-                await asyncio.sleep(max(0.0, term.send_pause_s - (time.monotonic() - typed)))
-                before = await term.capture_all(tabs)
             await self._until(action.not_before)
-            if action.not_before is not None:
+            if armed:
                 # Armed: the text waited in the prompt; Enter only where the screen is still the one after our
                 # typing (a human who typed after it keeps their line: it is not submitted with ours).
                 again = await term.capture_all(tabs)
