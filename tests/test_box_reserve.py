@@ -104,6 +104,7 @@ def test_the_stop_counts_its_window_and_resumes_with_the_agents_continue() -> No
     (Reserve(five_hour=10), 89.0, None, "Stopping to keep the reserve of your limits"),  # 5-hour not the cause
     (Reserve(five_hour=10, weekly=20), 50.0, None, "Stopping to keep 20% of your weekly limit"),
     (Reserve(five_hour=12.5), 90.0, None, "Stopping to keep 12.5% of your 5-hour limit"),
+    (Reserve(five_hour=10.0), 95.0, None, "Stopping to keep 10% of your 5-hour limit"),  # a whole float: no ".0"
     (Reserve(weekly=20), None, NOW + timedelta(days=2),
      "Stopping to keep 20% of your weekly limit (reserved until 2026-03-04 12:00 UTC)"),
     (Reserve(), 100.0, None, "Stopping to keep the reserve of your limits"),

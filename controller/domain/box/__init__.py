@@ -25,8 +25,8 @@ conditions, and when to look again (`BoxDecision.next_pass_in`). Pure helpers th
 observing are here too: `box_facts` (which boxes are watched), `screen_key` (what wakes the live stream),
 `agent_ready`.
 
-The modules, by concern (each says what it decides and what it may touch); `decision._decide` calls the
-rules in this order:
+The modules, by concern (each says what it decides and what it may touch); the rules are listed in the order
+`decision._decide` first calls them:
 
 * values: `observation` (what a pass observed), `model` (memory, status, decision, the owned conditions),
   `codec` (status <-> records, journals, memory; Subscription views), `screens` (screen keys and digests,
