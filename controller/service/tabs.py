@@ -223,7 +223,7 @@ class BoxWatcher:
         except BaseException:
             if executor.written or executor.switch_written is not None:
                 # What was written ahead stays: the tab journals, and a switch left in status.switch (its
-                # agents may be stopped already: the next pass completes it, `domain.box._complete_switch`,
+                # agents may be stopped already: the next pass completes it, `domain.box.switch.complete_pending_switch`,
                 # instead of deciding afresh on tabs that no longer show the limit they were stopped for).
                 self.memory = replace(mem0, records={**mem0.records, **executor.written},
                                       pending_switch=executor.switch_written or mem0.pending_switch)
