@@ -10,6 +10,7 @@ pytest_plugins = [
     "harness.world_fixtures",
     "harness.real_agent_fixtures",
     "harness.operator_process",
+    "harness.ordering",
 ]
 
 
