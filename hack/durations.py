@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
         return 2
     report = ET.parse(argv[0]).getroot()
     out = pathlib.Path(argv[1] if len(argv) > 1 else "tests/durations.json")
-    times = {node_id(c): round(float(c.get("time", 0)), 1) for c in report.iter("testcase")}
+    times = {node_id(c): round(float(c.get("time", 0)), 1) for c in report.iter("testcase") if c.get("classname")}
     kept = dict(sorted(((k, v) for k, v in times.items() if v >= MIN_S), key=lambda kv: (-kv[1], kv[0])))
     out.write_text(json.dumps(kept, indent=1) + "\n")
     print(f"{out}: {len(kept)} of {len(times)} tests take {MIN_S:.0f} s or more; {sum(kept.values()):.0f} s in all")
