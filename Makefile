@@ -71,7 +71,7 @@ test-unit: test-quick
 
 # Refresh tests/durations.json (the order `make test` hands tests out in) from the last `make test`'s report.
 durations: venv
-	$(PY) hack/durations.py tmp/junit.xml tests/durations.json
+	$(PY) hack/durations.py --out tests/durations.json tmp/junit.xml
 
 bench: venv
 	$(PY) bench/resume_latency.py

@@ -2,7 +2,9 @@
 more (setup + call + teardown, as the report gives), rounded to 0.1 s. Used by tests/harness/ordering.py to
 hand the longest tests out first.
 
-    python hack/durations.py tmp/junit.xml [tests/durations.json]
+    python hack/durations.py [--out tests/durations.json] tmp/junit.xml [more.xml ...]
+
+With several reports, a test's duration is the longest it took in any of them.
 """
 
 from __future__ import annotations
@@ -31,9 +33,15 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    report = ET.parse(argv[0]).getroot()
-    out = pathlib.Path(argv[1] if len(argv) > 1 else "tests/durations.json")
-    times = {node_id(c): round(float(c.get("time", 0)), 1) for c in report.iter("testcase") if c.get("classname")}
+    out = pathlib.Path("tests/durations.json")
+    if argv[0] == "--out":
+        out, argv = pathlib.Path(argv[1]), argv[2:]
+    times: dict[str, float] = {}
+    for path in argv:
+        for case in ET.parse(path).getroot().iter("testcase"):
+            if case.get("classname"):  # a report's case without one is not a test (an internal error)
+                key = node_id(case)
+                times[key] = max(times.get(key, 0.0), round(float(case.get("time", 0)), 1))
     kept = dict(sorted(((k, v) for k, v in times.items() if v >= MIN_S), key=lambda kv: (-kv[1], kv[0])))
     out.write_text(json.dumps(kept, indent=1) + "\n")
     print(f"{out}: {len(kept)} of {len(times)} tests take {MIN_S:.0f} s or more; {sum(kept.values()):.0f} s in all")
