@@ -77,7 +77,8 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[float, list[str]]] = []
-        self.captures: list[float] = []  # instants of capture_all calls (the stream may serve them from its cache)
+        # (start, end) instants of capture_all calls (the stream may serve them from its cache)
+        self.captures: list[tuple[float, float]] = []
 
     def keys(self) -> list[tuple[float, list[str]]]:
         return [(t, argv) for t, argv in self.calls if "send-keys" in argv]
@@ -90,8 +91,10 @@ def recording(base: type[BoxTerminal], rec: Recorder) -> type[BoxTerminal]:
             return await super().run(argv, check)
 
         async def capture_all(self, tabs: list[tmux.Tab]) -> dict[str, str]:
-            rec.captures.append(time.time())
-            return await super().capture_all(tabs)
+            start = time.time()
+            screens = await super().capture_all(tabs)
+            rec.captures.append((start, time.time()))
+            return screens
     return Recording
 
 
@@ -284,10 +287,11 @@ async def test_a_human_typing_after_our_text_holds_the_armed_enter(box, mode: st
 
         async def human() -> None:
             # Once our text is typed and the executor took the screen after it (its first capture after the
-            # typing), a human types into the same prompt.
+            # typing, returned: a capture still on its way could see the human's keys too, on a loaded machine
+            # one exec can overtake another), a human types into the same prompt.
             async def typed_and_taken() -> bool:
                 keys = rec.keys()
-                return bool(keys) and any(t > keys[0][0] for t in rec.captures)
+                return bool(keys) and any(start > keys[0][0] for start, _ in rec.captures)
             await until(typed_and_taken, what="our text typed and the screen after it taken")
             assert (await client.run("default", "box", "box", tmux.send_text_argv(main.pane_id, " please"))).rc == 0
         task = asyncio.ensure_future(human())
