@@ -126,6 +126,7 @@ class LoginKeeper:
 
     @property
     def marker(self) -> str:
+        """``"<namespace>/<name>"``: the Subscription in logs and in the login file's marker."""
         return self.scope.marker
 
     # ------------------------------------------------------------------ the tick

@@ -167,6 +167,7 @@ class ControlClient:
     # ------------------------------------------------------------------ the parser's state
     @property
     def known(self) -> frozenset[str] | None:
+        """Pane ids of the last tab list (set by the caller); None until then."""
         return self.parser.known
 
     @known.setter
@@ -175,6 +176,7 @@ class ControlClient:
 
     @property
     def paused(self) -> set[str]:
+        """Panes tmux paused, or this client asked to pause."""
         return self.parser.paused
 
     @paused.setter
@@ -183,6 +185,7 @@ class ControlClient:
 
     @property
     def max_block(self) -> int:
+        """Most bytes of one reply block (a longer one answers ``"output_too_large"``)."""
         return self.parser.max_block
 
     @max_block.setter
@@ -191,22 +194,27 @@ class ControlClient:
 
     @property
     def dirty(self) -> set[str]:
+        """Pane ids with output since :meth:`take_dirty`."""
         return self.parser.dirty
 
     @property
     def tabs_changed(self) -> bool:
+        """The tab list changed since :meth:`take_dirty`."""
         return self.parser.tabs_changed
 
     @property
     def exit_reason(self) -> str | None:
+        """Why the stream ended (a fixed word); None while it runs."""
         return self.parser.exit_reason
 
     @property
     def received(self) -> int:
+        """Bytes read from the stream (stdout and stderr)."""
         return self.parser.received
 
     @property
     def blocks(self) -> int:
+        """Well-formed ``%begin`` lines read."""
         return self.parser.blocks
 
     # ------------------------------------------------------------------ commands
