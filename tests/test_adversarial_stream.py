@@ -168,8 +168,8 @@ async def test_a_real_pane_printing_the_next_end_line_cannot_cut_a_capture(aexec
         pane = (await client.command(["tmux", "display-message", "-p", "-t", "=agentbox:0", "#{pane_id}"]))[0].lines[0]
         await client.command(["tmux", "resize-window", "-t", "=agentbox:0", "-y", "220"])
         spied: list[bytes] = []
-        real_line = spy._line
-        spy._line = lambda line: (spied.append(line), real_line(line))[-1]  # type: ignore[method-assign]
+        real_line = spy.parser._line
+        spy.parser._line = lambda line: (spied.append(line), real_line(line))[-1]  # type: ignore[method-assign]
         await spy.command(["tmux", "display-message", "-p", "x"])
         t, n = (int(x) for x in next(x for x in reversed(spied) if x.startswith(b"%end ")).split()[1:3])
         await spy.aclose()
@@ -255,7 +255,7 @@ async def test_a_line_without_end_is_bounded(aexec: AsyncExec, local_exec: Hosti
 
     def bounded() -> bool:
         nonlocal peak
-        peak = max(peak, client._partial_len)
+        peak = max(peak, client.parser._partial_len)
         return client.closed.is_set()
     try:
         await _until(bounded, 20, what="flood cut")

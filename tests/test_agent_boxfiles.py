@@ -115,10 +115,10 @@ async def test_the_login_secret_key_comes_from_the_adapter_only():
                       lambda *a: None, None, None, {}, None, None)  # type: ignore[arg-type]
         if key is None:
             with pytest.raises(NoLoginFile):
-                await ex._put_login('{"claudeAiOauth": {}}')
+                await ex.logins.put_login('{"claudeAiOauth": {}}')
             assert secrets == [] and calls == []
         else:
-            await ex._put_login('{"claudeAiOauth": {}}')
+            await ex.logins.put_login('{"claudeAiOauth": {}}')
             assert list(secrets[-1]["data"]) == [key] and len(calls) == 1
 
 

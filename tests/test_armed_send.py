@@ -312,8 +312,8 @@ def test_type_instant_leaves_the_pause_and_the_write_budget_before_not_before():
     ex = Executor(SimpleNamespace(settings=Settings(resume_write_budget_s=0.5, metrics_port=0)), "n", "b", None,
                   ADAPTER, BoxTerminal(None, 0.3), lambda *a: None, None, None, {}, None, None)  # type: ignore[arg-type]
     at = datetime(2026, 3, 2, 12, 0, 10, tzinfo=timezone.utc)
-    assert ex._type_at(at) == at - timedelta(seconds=0.8)
-    assert ex._type_at(None) is None
+    assert ex.sender.type_at(at) == at - timedelta(seconds=0.8)
+    assert ex.sender.type_at(None) is None
     assert replace(start_journal(JournalAction.CONTINUE, at, None, None), not_before=at).not_before == at
 
 

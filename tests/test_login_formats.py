@@ -14,7 +14,7 @@ import pytest
 
 from controller.providers.credentials import parse_login
 from controller.providers.loginfile import MARKER_KEY, UnknownProvider, login_file
-from controller.service import logins
+from controller.service import loginadopt, loginidentity, loginpush, loginrefresh, logins, loginscope
 
 pytestmark = pytest.mark.unit
 
@@ -42,12 +42,15 @@ def codex(access: str, account: str = "acct-1", **extra: object) -> str:
 def test_the_keeper_names_no_login_format():
     """Before: `_graft`, `_mark` and `_same_account` in service/logins.py knew `claudeAiOauth`, `tokens` and
     the `agentbox` marker key."""
-    tree = ast.parse(Path(logins.__file__).read_text())
-    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-    for word in ("claudeAiOauth", "accessToken", "tokens", "access_token", "last_refresh", MARKER_KEY):
-        assert word not in strings, word
-    assert not hasattr(logins, "MARKER_KEY")
-    assert not [n for n in ("_graft", "_mark", "_same_account") if hasattr(logins.LoginKeeper, n)]
+    for mod in (logins, loginpush, loginidentity, loginrefresh, loginadopt, loginscope):  # the keeper and its parts
+        tree = ast.parse(Path(mod.__file__).read_text())
+        strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        for word in ("claudeAiOauth", "accessToken", "tokens", "access_token", "last_refresh", MARKER_KEY):
+            assert word not in strings, (mod.__name__, word)
+        assert not hasattr(mod, "MARKER_KEY"), mod.__name__
+    for cls in (logins.LoginKeeper, loginpush.LoginPusher, loginidentity.AccountIdentity, loginrefresh.LoginRefresher,
+                loginadopt.LoginAdopter):
+        assert not [n for n in ("_graft", "_mark", "_same_account") if hasattr(cls, n)], cls.__name__
 
 
 def test_claude_graft_takes_only_the_box_tokens_and_expiry():

@@ -12,6 +12,7 @@ import pytest
 
 from controller import constants as C
 from controller.runtime import Runtime
+from controller.service import loginadopt, loginidentity, loginpush, loginrefresh, loginscope
 from controller.service import logins as logins_mod
 from controller.service.loginload import load_box_login, parse_held_login
 from controller.service.subscriptions import SubscriptionReader
@@ -36,8 +37,13 @@ async def test_a_reader_pass_reads_the_subscription_secret_once(rt: Runtime):
     assert stored["state"] == "Available" and stored["account"] == "acct-a"
 
 
-def test_the_keeper_reads_and_parses_logins_only_through_the_loader():
-    tree = ast.parse(Path(logins_mod.__file__).read_text())
+KEEPER_MODULES = (logins_mod, loginpush, loginidentity, loginrefresh, loginadopt, loginscope)
+"""The login keeper and its parts (`service/logins.py` composes the others)."""
+
+
+@pytest.mark.parametrize("mod", KEEPER_MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_the_keeper_reads_and_parses_logins_only_through_the_loader(mod):
+    tree = ast.parse(Path(mod.__file__).read_text())
     called = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
               for n in ast.walk(tree) if isinstance(n, ast.Call)}
     assert "get_secret_value" not in called

@@ -127,14 +127,14 @@ async def test_keeper_writes_without_a_condition_cost_no_409(rt: Runtime, kube: 
     was given, answered 409 and cost a re-read, on every first tick and around every refresh."""
     import base64
 
-    from controller.service import logins as logins_mod
+    from controller.service import loginidentity
     from controller.service.status import subscription_writer
     from controller.service.subscriptions import SubscriptionReader
     from harness.reader_world import T0, FixedUsage, claude_login
 
     async def identity(self: Any, provider: str, login: Any) -> str:  # the provider's answer, no network
         return "acct-a"
-    monkeypatch.setattr(logins_mod.LoginKeeper, "_identity", identity)
+    monkeypatch.setattr(loginidentity.AccountIdentity, "ask", identity)
     rt.usage, rt.clock = FixedUsage(), (lambda: T0)  # type: ignore[assignment]
     text = claude_login("acc-1", T0 + timedelta(hours=8))
     await rt.kube.rest.request("POST", f"/api/v1/namespaces/{NS}/secrets", body={

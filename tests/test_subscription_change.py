@@ -177,8 +177,8 @@ async def test_the_old_subscriptions_keeper_leaves_a_box_being_switched_away():
     rt = SimpleNamespace(kube=kube)
     a = LoginKeeper(rt, "ns", "sub-a", lambda *_: None)
     b = LoginKeeper(rt, "ns", "sub-b", lambda *_: None)
-    assert [x.name for x in await a._boxes("anthropic")] == ["staying"]
-    assert [x.name for x in await b._boxes("anthropic")] == ["moving"]
+    assert [x.name for x in await a.pusher.boxes("anthropic")] == ["staying"]
+    assert [x.name for x in await b.pusher.boxes("anthropic")] == ["moving"]
 
 
 def test_a_tab_mid_resume_is_not_planned_again_by_the_move():

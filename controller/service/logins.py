@@ -37,12 +37,17 @@ subscription's usage reader, so there is one keeper and at most one refresh at a
 
 Only objects a box controls are touched: pushes go to its own credentials Secret and pod
 (`controller.kube.exec.owned_exec`; a squatter raises ``NotOwned``).
+
+This module holds the tick (what is due, the ``LoginRefreshed`` condition, the Disconnected and answer-lost
+states); each step is one part's job: :mod:`~controller.service.loginrefresh` (when a refresh is due, spending
+the token once, backoff), :mod:`~controller.service.loginpush` (the Secret, then the boxes),
+:mod:`~controller.service.loginidentity` (whose login it is, as the provider says) and
+:mod:`~controller.service.loginadopt` (the read-back of the boxes). The tick itself touches only the
+Subscription's status (through its one status writer) and the login metrics.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,21 +55,21 @@ from typing import Any, Callable
 
 from controller import constants as C
 from controller import metrics
-from controller.agents.adapter import LOGIN_FILE_MISSING_RC
-from controller.agents.registry import login_adapter
 from controller.conditions import set_condition
-from controller.domain.rotation import subscription_of_box
-from controller.providers.credentials import Login, parse_login, token_fingerprint
-from controller.providers.loginfile import login_file
-from controller.service.loginload import LoadedLogin, load_box_login, parse_held_login
-from controller.service.status import StatusWriter, subscription_writer
+from controller.providers.credentials import Login, token_fingerprint
+from controller.service.loginadopt import UNDECIDED, LoginAdopter
+from controller.service.loginidentity import AccountIdentity
+from controller.service.loginload import LoadedLogin
+from controller.service.loginpush import LoginPusher
+from controller.service.loginrefresh import IN_FLIGHT_KEY, LoginRefresher
+from controller.service.loginscope import LoginScope
+from controller.service.status import StatusWriter
+
+__all__ = ["COND_LOGIN_REFRESHED", "IN_FLIGHT_KEY", "KeepResult", "LoginKeeper"]
 
 log = logging.getLogger("agentbox.logins")
 
 COND_LOGIN_REFRESHED = "LoginRefreshed"
-
-IN_FLIGHT_KEY = "refreshInFlight"  # status: "sha256:<8 hex>" of the refresh token being spent (write-ahead)
-_UNDECIDED = "undecided"   # a login in a box could not be checked with the provider (yet)
 
 
 @dataclass
@@ -86,14 +91,6 @@ class KeepResult:
 
 
 @dataclass
-class _Box:
-    name: str
-    body: dict[str, Any]
-    pod: str
-    container: str | None = None
-
-
-@dataclass
 class LoginKeeper:
     """Keeps one subscription's login fresh and the same in the Secret and every box on it.
 
@@ -102,6 +99,8 @@ class LoginKeeper:
         namespace, name: the subscription.
         post_event: posts an Event on the Subscription.
         session: aiohttp session for the token endpoint (None: one per refresh).
+    Attributes:
+        pusher, identity, refresher, adopter: the parts (see the module docstring), built from these.
     """
 
     rt: Any
@@ -109,27 +108,26 @@ class LoginKeeper:
     name: str
     post_event: Callable[[str, str, str], None]
     session: Any = None
-    failures: int = 0
-    retry_at: datetime | None = None
-    refused_fp: str | None = None          # refresh token the provider refused (no retry until it changes)
-    lifetime_s: float | None = None        # observed access token lifetime (after our first refresh)
-    unsynced: set[str] = field(default_factory=set)   # boxes whose push failed
-    refused_msg: str | None = None
-    lost_fp: str | None = None             # refresh token whose answer was lost (never sent again)
+    scope: LoginScope = field(init=False)
+    pusher: LoginPusher = field(init=False)
+    identity: AccountIdentity = field(init=False)
+    refresher: LoginRefresher = field(init=False)
+    adopter: LoginAdopter = field(init=False)
     _marker_checked: bool = False
-    refreshes: int = 0
-    adopted: int = 0
-    identity_fp: str | None = None         # access token whose account identity is recorded in status.account
-    verdicts: dict[str, str | None] = field(default_factory=dict)   # candidate access fp -> identity (None: refused)
-    refused_boxes: dict[str, str] = field(default_factory=dict)     # box -> refused candidate's access fp
-    _last_boxes: list[_Box] = field(default_factory=list)
-    sent_candidates: set[str] = field(default_factory=set)   # candidate refresh tokens sent (never sent twice)
-    secret_fp: str | None = None           # refresh token of the Subscription's login at this tick
     _set_now: dict[str, dict[str, Any]] = field(default_factory=dict)  # conditions set by this tick, by type
+
+    def __post_init__(self) -> None:
+        self.scope = LoginScope(self.rt, self.namespace, self.name, self.post_event, self.session)
+        refused_boxes: dict[str, str] = {}   # box -> refused candidate's access fp (kept by the adopter)
+        self.pusher = LoginPusher(self.scope, refused_boxes)
+        self.identity = AccountIdentity(self.scope)
+        self.refresher = LoginRefresher(self.scope, self.pusher, self.identity)
+        self.adopter = LoginAdopter(self.scope, self.pusher, self.identity, self.refresher, refused_boxes)
 
     @property
     def marker(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        """``"<namespace>/<name>"``: the Subscription in logs and in the login file's marker."""
+        return self.scope.marker
 
     # ------------------------------------------------------------------ the tick
     async def tick(self, spec: Any, loaded: LoadedLogin, status: dict[str, Any]) -> KeepResult:
@@ -153,7 +151,8 @@ class LoginKeeper:
             return kept
         except Exception as exc:  # noqa: BLE001
             log.warning("Subscription %s: login keeping failed (%s); retrying", self.marker, type(exc).__name__)
-            refused = self.refused_fp is not None and token_fingerprint(login.refresh_token) == self.refused_fp
+            refused_fp = self.refresher.refused_fp
+            refused = refused_fp is not None and token_fingerprint(login.refresh_token) == refused_fp
             return KeepResult(None if refused else login, status, self.rt.settings.login_retry_s)
 
     async def _tick(self, spec: Any, login: Login, text: str, status: dict[str, Any]) -> KeepResult:
@@ -162,59 +161,57 @@ class LoginKeeper:
         far = st.usage_interval_s
         if not login.refresh_token or login.expires_at is None:
             return KeepResult(login, status, far)
+        refresher, adopter, pusher = self.refresher, self.adopter, self.pusher
         provider = spec.provider
         ref = spec.credentials_secret_ref
         gen = status.get("observedGeneration")
         fp = token_fingerprint(login.refresh_token)
-        self.secret_fp = fp
+        refresher.secret_fp = fp
         if not self._marker_checked:
             # A refresh marked in flight by an earlier run whose answer never reached the Secret: the
             # provider may have spent the token; it is never sent again (a second use revokes the chain).
             self._marker_checked = True
             marked = status.get(IN_FLIGHT_KEY)
             if marked == f"sha256:{fp}":
-                self._answer_lost(fp, ref, "the controller stopped while a login refresh was in flight")
+                refresher.answer_lost(fp, ref, "the controller stopped while a login refresh was in flight")
             elif isinstance(marked, str) and marked.startswith("sha256:"):
                 # Another token was in flight: a box's candidate being confirmed (or a mark left after a
                 # success). Spent either way: never sent again.
-                self.sent_candidates.add(marked[len("sha256:"):])
-        status = await self._record_identity(provider, login, status, now)
-        if self.refused_fp is not None:
-            if fp == self.refused_fp:
+                adopter.note_spent(marked[len("sha256:"):])
+        status = await self.identity.record(provider, login, status, now)
+        if refresher.refused_fp is not None:
+            if fp == refresher.refused_fp:
                 # Refused earlier and the Secret did not change: stay Disconnected (rewritten every
                 # pass until the API server has it); still look for a box that holds a newer login of
                 # this account (an agent that refreshed by itself).
-                adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
+                adopted = await adopter.adopt(provider, login, text, ref, now, status)
                 if not isinstance(adopted, tuple):
                     status = await self._disconnected(status, ref, now, gen)
                     return KeepResult(None, status, far)
                 login, text = adopted
-            self.refused_fp = None
-            self.failures, self.retry_at = 0, None
-        if self.lost_fp is not None:
-            if fp == self.lost_fp:
-                adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
+            refresher.forget_refused()
+        if refresher.lost_fp is not None:
+            if fp == refresher.lost_fp:
+                adopted = await adopter.adopt(provider, login, text, ref, now, status)
                 if not isinstance(adopted, tuple):
                     return KeepResult(login, self._lost_status(login, status, ref, now, gen), far)
                 login, text = adopted
-            self.lost_fp = None   # the Secret holds another login now (a human logged in again, or adopted)
-            metrics.LOGIN_ANSWER_LOST.labels(self.namespace, self.name).set(0)
-        due = self._due_at(login)
-        if now >= due and (self.retry_at is None or now >= self.retry_at):
-            adopted = await self._adopt_from_boxes(provider, login, text, ref, now, status)
+            refresher.forget_lost()
+        due = refresher.due_at(login)
+        if now >= due and (refresher.retry_at is None or now >= refresher.retry_at):
+            adopted = await adopter.adopt(provider, login, text, ref, now, status)
             if isinstance(adopted, tuple):
                 login, text = adopted
-            elif adopted == _UNDECIDED:
+            elif adopted == UNDECIDED:
                 # A newer login sits in a box but the provider could not be asked whose it is: neither
                 # adopt it nor spend our refresh token (it may be spent already); ask again soon.
-                self._backoff(login, now)
+                refresher.backoff(login, now)
                 status = self._set(status, COND_LOGIN_REFRESHED, False, "IdentityCheckFailed",
                                    "A box holds a newer login; the provider could not confirm its account yet; "
                                    "retrying, the current login stays in use", now, gen)
-                return KeepResult(login, status,
-                                  max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
+                return KeepResult(login, status, self._retry_in(now, far))
             else:
-                outcome = await self._refresh(provider, login, text, ref, now)
+                outcome = await refresher.refresh(provider, login, text, ref, now)
                 metrics.LOGIN_REFRESHES.labels(self.namespace, self.name, outcome if isinstance(outcome, str)
                                                else "ok").inc()
                 if outcome == "refused":              # Disconnected
@@ -224,26 +221,34 @@ class LoginKeeper:
                     return KeepResult(login, self._lost_status(login, status, ref, now, gen), far)
                 if outcome == "error":                # unavailable: keep the old login, retry later
                     status = self._set(status, COND_LOGIN_REFRESHED, False, "RefreshFailed",
-                                       f"Login refresh failed {self.failures} time(s); retrying, the current login "
-                                       "stays in use", now, gen)
-                    return KeepResult(login, status,
-                                      max(1.0, (self.retry_at - now).total_seconds()) if self.retry_at else far)
+                                       f"Login refresh failed {refresher.failures} time(s); retrying, the current "
+                                       "login stays in use", now, gen)
+                    return KeepResult(login, status, self._retry_in(now, far))
                 assert isinstance(outcome, tuple)
                 login, text = outcome
-        elif self.unsynced:
-            await self.propagate(provider, text, only=set(self.unsynced))
-        else:
-            await self._sync_stale(provider, login, text)
-        if self.refreshes or self.adopted:
+        elif pusher.unsynced:
+            await pusher.propagate(provider, text, only=set(pusher.unsynced))
+        elif self._renewed():  # before: the boxes hold what they were given
+            await pusher.sync_stale(provider, login, text)
+        if self._renewed():
             status = self._set(status, COND_LOGIN_REFRESHED, True, "Refreshed",
                                f"Login renewed by the controller; expires {login.expires_at:%Y-%m-%d %H:%M:%S} UTC",
                                now, gen)
-        delay = (self._due_at(login) - self.rt.clock()).total_seconds()
-        if self.unsynced:
+        delay = (refresher.due_at(login) - self.rt.clock()).total_seconds()
+        if pusher.unsynced:
             delay = min(delay, st.login_retry_s)
         if login.expires_at is not None:
             metrics.LOGIN_EXPIRY.labels(self.namespace, self.name).set(login.expires_at.timestamp())
         return KeepResult(login, status, max(0.5, min(delay, far)))
+
+    def _renewed(self) -> bool:
+        """This keeper renewed a login itself (a refresh, or a login adopted from a box)."""
+        return bool(self.refresher.refreshes or self.adopter.adopted)
+
+    def _retry_in(self, now: datetime, far: float) -> float:
+        """Seconds until the refresher's ``retry_at`` (at least 1), ``far`` without one."""
+        retry_at = self.refresher.retry_at
+        return max(1.0, (retry_at - now).total_seconds()) if retry_at else far
 
     def _set(self, status: dict[str, Any], type_: str, ok: bool, reason: str, message: str, now: datetime,
              gen: Any) -> dict[str, Any]:
@@ -259,7 +264,8 @@ class LoginKeeper:
         Raises:
             the API error of a failed patch (the tick retries after ``login_retry_s``).
         """
-        msg = self.refused_msg or f"The provider refused to renew the login; update the login Secret {ref.name!r}"
+        msg = (self.refresher.refused_msg
+               or f"The provider refused to renew the login; update the login Secret {ref.name!r}")
         current = status.get("conditions") or []
         conds = set_condition(current, COND_LOGIN_REFRESHED, False, "RefreshRefused", msg, now, gen)
         conds = set_condition(conds, C.COND_CREDENTIALS_VALID, False, "RefreshRefused",
@@ -275,19 +281,6 @@ class LoginKeeper:
             metrics.set_subscription_state(self.namespace, self.name, "Disconnected")
         return {**status, **want, IN_FLIGHT_KEY: None}
 
-    def _answer_lost(self, fp: str, ref: Any, why: str) -> None:
-        """Enter the answer-lost state for refresh token ``fp``: one Warning Event, the metric set."""
-        if self.lost_fp == fp:
-            return
-        self.lost_fp = fp
-        metrics.LOGIN_ANSWER_LOST.labels(self.namespace, self.name).set(1)
-        self.post_event("Warning", "RefreshAnswerLost",
-                        f"The answer to a login refresh was lost ({why}); the provider may have spent the refresh "
-                        "token, so it is not sent again. The current access token stays in use until it expires: "
-                        f"log in again and update the login Secret {ref.name!r} before then")
-        log.warning("Subscription %s: refresh answer lost (%s); refresh token sha256:%s is not sent again",
-                    self.marker, why, fp)
-
     def _lost_status(self, login: Login, status: dict[str, Any], ref: Any, now: datetime, gen: Any) -> dict[str, Any]:
         until = f"{login.expires_at:%Y-%m-%d %H:%M:%S} UTC" if login.expires_at else "it expires"
         return self._set(status, COND_LOGIN_REFRESHED, False, "RefreshAnswerLost",
@@ -299,390 +292,8 @@ class LoginKeeper:
         """Seconds until ``login`` is due for a refresh (inf without a refresh token or expiry)."""
         if login is None or not login.refresh_token or login.expires_at is None:
             return float("inf")
-        return (self._due_at(login) - self.rt.clock()).total_seconds()
-
-    def _due_at(self, login: Login) -> datetime:
-        from datetime import timedelta
-
-        assert login.expires_at is not None
-        margin = self.rt.settings.login_refresh_before_s
-        if self.lifetime_s and self.lifetime_s <= margin:
-            # A provider issuing tokens shorter than the lead: refresh at half their life instead of
-            # at once after every refresh (a loop).
-            margin = self.lifetime_s / 2
-        return login.expires_at - timedelta(seconds=margin)
-
-    # ------------------------------------------------------------------ refresh
-    async def _refresh(self, provider: str, login: Login, text: str, ref: Any,
-                       now: datetime, candidate: str | None = None) -> tuple[Login, str] | str:
-        """Spend the refresh token once. (login, text) on success; "refused" (Disconnected), "lost" (the
-        answer did not arrive: never resent) or "error" (not spent: retried after the backoff or the
-        provider's Retry-After, whichever is longer).
-
-        Write-ahead: ``status.refreshInFlight`` holds the token's fingerprint while the request is out, so
-        a controller that dies before storing the answer never sends the token again after a restart.
-
-        ``candidate`` (a box name): ``login`` is a login found in that box, being confirmed before it is
-        adopted. A refusal then only refuses the candidate (returns "refused"; the caller reports it, the
-        Subscription's own login is not marked refused); a lost answer puts the Subscription's current
-        login in the answer-lost state (the agent that refreshed has spent it).
-        """
-        import aiohttp
-
-        from controller.providers.oauth import (RefreshError, RefreshLost, RefreshRefused, RefreshUnavailable,
-                                                refresh_login)
-
-        st = self.rt.settings
-        url = st.anthropic_token_url if provider == "anthropic" else st.openai_token_url
-        fp = token_fingerprint(login.refresh_token)
-        writer = self._writer()
-        writer.forget()  # the write-ahead mark is always sent, whatever was written before
-        await writer.write({IN_FLIGHT_KEY: f"sha256:{fp}"})   # fails: nothing sent, the tick retries
-        notes: list[str] = []
-        try:
-            if self.session is not None:
-                new_text = await refresh_login(self.session, provider, text, login, token_url=url, now=now,
-                                               notes=notes)
-            else:  # refreshes are rare: a session per refresh, nothing left open when the daemon stops
-                async with aiohttp.ClientSession() as session:
-                    new_text = await refresh_login(session, provider, text, login, token_url=url, now=now,
-                                                   notes=notes)
-        except RefreshRefused as exc:
-            if candidate is not None:
-                log.warning("Subscription %s: the refresh token of the login in box %s was refused: %s", self.marker,
-                            candidate, exc)
-                await self._clear_in_flight()
-                return "refused"
-            self.refused_fp = fp
-            self.refused_msg = f"The provider refused to renew the login ({exc}); update the login Secret {ref.name!r}"
-            self.post_event("Warning", "LoginRefreshRefused", self.refused_msg)
-            log.warning("Subscription %s: %s", self.marker, exc)
-            return "refused"
-        except RefreshLost as exc:
-            self._answer_lost(self.secret_fp if candidate is not None and self.secret_fp else fp, ref, str(exc))
-            return "lost"
-        except (RefreshUnavailable, RefreshError) as exc:
-            from datetime import timedelta
-
-            backoff = self._backoff(login, now)
-            wait = getattr(exc, "retry_after_s", None)
-            if wait is not None and wait > backoff:
-                # The provider said when: honoured in full (the current login stays in use meanwhile).
-                backoff = wait
-                self.retry_at = now + timedelta(seconds=wait)
-            log.warning("Subscription %s: %s; retry in %.0f s", self.marker, exc, backoff)
-            if self.failures == 1:
-                self.post_event("Warning", "LoginRefreshFailed", f"{exc}; retrying, the current login stays in use")
-            await self._clear_in_flight()
-            return "error"
-        self.failures, self.retry_at = 0, None
-        new = parse_login(provider, new_text)
-        if new.expires_at is not None:
-            self.lifetime_s = max(1.0, (new.expires_at - now).total_seconds())
-        self.refreshes += 1
-        self.identity_fp = new.fingerprint   # same chain, same account
-        new_text = login_file(provider).mark(new_text, self.marker)
-        await self._store(ref, new_text)
-        await self._clear_in_flight()
-        for note in notes:
-            self.post_event("Warning", "TokenAnswerInvalid", note)
-        await self.propagate(provider, new_text)
-        log.info("Subscription %s: login refreshed (token sha256:%s), pushed to %d box(es)", self.marker,
-                 new.fingerprint, len(self._last_boxes))
-        return new, new_text
-
-    async def _clear_in_flight(self) -> None:
-        """Remove the write-ahead mark (best effort: a mark left behind names a token no longer in the
-        Secret after a success, and only makes a restarted controller cautious after a failure)."""
-        try:
-            await self._writer().write({IN_FLIGHT_KEY: None})
-        except Exception as exc:  # noqa: BLE001
-            log.warning("Subscription %s: clearing refreshInFlight failed (%s)", self.marker, type(exc).__name__)
-
-    def _backoff(self, login: Login, now: datetime) -> float:
-        """Count a failure and set ``retry_at``: doubling from ``login_retry_s`` up to 10 minutes, never
-        past a quarter of the access token's remaining life (the agents refresh at 5 minutes)."""
-        from datetime import timedelta
-
-        st = self.rt.settings
-        self.failures += 1
-        backoff = min(st.login_retry_s * 2 ** min(self.failures - 1, 30), max(st.login_retry_s, 600.0))
-        if login.expires_at is not None:
-            backoff = min(backoff, max(1.0, (login.expires_at - now).total_seconds() / 4))
-        self.retry_at = now + timedelta(seconds=backoff)
-        return backoff
-
-    # ------------------------------------------------------------------ identity
-    async def _identity(self, provider: str, login: Login) -> str:
-        """The provider-confirmed account identity of ``login`` (`controller.providers.identity`)."""
-        import aiohttp
-
-        from controller.providers.identity import account_identity
-
-        st = self.rt.settings
-        base = st.anthropic_base_url if provider == "anthropic" else st.openai_base_url
-        if self.session is not None:
-            return await account_identity(self.session, provider, login, base_url=base)
-        async with aiohttp.ClientSession() as session:
-            return await account_identity(session, provider, login, base_url=base)
-
-    async def _record_identity(self, provider: str, login: Login, status: dict[str, Any],
-                               now: datetime) -> dict[str, Any]:
-        """Record in ``status.account`` whose login the Subscription's Secret holds, as the provider says
-        (once per access token, while it is valid). The Secret is written by the Subscription owner or by
-        this keeper (only with logins of the same account), so its login defines the account; a login
-        found in a box is adopted only when the provider names the same account (`_verify`)."""
-        from controller.providers.identity import IdentityRefused, IdentityUnavailable
-
-        fp = login.fingerprint
-        if fp == self.identity_fp or (login.expires_at is not None and login.expires_at <= now):
-            return status
-        try:
-            ident = await self._identity(provider, login)
-        except IdentityUnavailable as exc:
-            log.info("Subscription %s: %s; asking again at the next read", self.marker, exc)
-            return status
-        except IdentityRefused:
-            self.identity_fp = fp  # the usage read reports the refused login
-            return status
-        if status.get("account") != ident:
-            await self._writer().write({"account": ident})
-            log.info("Subscription %s: account identity %s recorded", self.marker, ident)
-        self.identity_fp = fp
-        return {**status, "account": ident}
-
-    async def _verify(self, provider: str, held: Login, recorded: str | None, now: datetime) -> str | None:
-        """Why the login ``held`` (found in a box) must not be adopted; "" when the provider confirmed it
-        belongs to the recorded account; None when the provider could not be asked (decide later)."""
-        from controller.providers.identity import IdentityRefused, IdentityUnavailable
-
-        if not recorded:
-            return ("the Subscription's account identity is not recorded yet (it is recorded while the "
-                    "Secret's own login is valid), so no login from a box can be proven")
-        if held.expires_at is not None and held.expires_at <= now:
-            return "its access token has expired, so the provider cannot confirm its account"
-        fp = held.fingerprint
-        if fp not in self.verdicts:
-            try:
-                self.verdicts[fp] = await self._identity(provider, held)
-            except IdentityUnavailable as exc:
-                log.info("Subscription %s: %s", self.marker, exc)
-                return None
-            except IdentityRefused:
-                self.verdicts[fp] = None
-            if len(self.verdicts) > 256:  # bounded: a box cannot grow it without limit
-                self.verdicts.pop(next(iter(self.verdicts)))
-        ident = self.verdicts[fp]
-        if ident is None:
-            return "the provider does not accept its access token"
-        if ident != recorded:
-            return "the provider says it belongs to another account"
-        return ""
-
-    # ------------------------------------------------------------------ store / propagate
-    async def _store(self, ref: Any, text: str) -> None:
-        """Write the login into the Subscription's Secret key (other keys untouched), retrying a few times."""
-        data = {ref.key: base64.b64encode(text.encode()).decode()}
-        for attempt in range(5):
-            try:
-                await self.rt.kube.patch_secret_data(self.namespace, ref.name, data)
-                return
-            except Exception as exc:  # noqa: BLE001 - the boxes still get it; retried below
-                log.warning("Subscription %s: storing the login failed (%s)", self.marker, type(exc).__name__)
-                await asyncio.sleep(0.5 * (attempt + 1))
-        self.post_event("Warning", "LoginStoreFailed", f"Could not store the renewed login in Secret {ref.name!r}; "
-                        "the boxes hold it")
-
-    async def _boxes(self, provider: str) -> list[_Box]:
-        """Boxes currently on this subscription whose agent uses its provider."""
-        out = []
-        for body in await self.rt.kube.list_custom(C.AGENTBOX_PLURAL, self.namespace):
-            spec = body.get("spec") or {}
-            status = body.get("status") or {}
-            if spec.get("agent") != login_adapter(provider).name:
-                continue
-            switch = status.get("switch") if isinstance(status.get("switch"), dict) else {}
-            if subscription_of_box(spec.get("subscription"), status.get("subscription"),
-                                   switch.get("to")) != self.name:
-                continue  # another subscription's box, or being switched away from this one
-            name = body["metadata"]["name"]
-            out.append(_Box(name, body, name, spec.get("container")))
-        self._last_boxes = out
-        return out
-
-    async def _exec(self, box: _Box, argv: list[str], stdin: str | None = None) -> Any:
-        """Run argv in the box's own pod; None when it has no running pod.
-
-        Raises:
-            NotOwned: the pod under the box's name is not controlled by the box (never exec'd into).
-        """
-        from controller.kube.exec import owned_exec
-        from controller.kube.objects import box_container
-
-        pod = await self.rt.kube.get_pod(self.namespace, box.pod)
-        if not pod or ((pod.get("status") or {}).get("phase")) != "Running":
-            return None
-        container = box_container(pod.get("spec") or {}, box.container)
-        if container is None:
-            return None
-        run = owned_exec(self.rt.exec, pod, (box.body.get("metadata") or {}).get("uid"), box.name, container)
-        return await (run(argv) if stdin is None else run(argv, stdin=stdin))
-
-    async def push(self, provider: str, box: _Box, text: str) -> bool:
-        """The login into one box: its credentials Secret, then its live file where one exists.
-
-        Only into objects the box owns: a squatting Secret or pod (NotOwned) gets nothing; the box's
-        reconcile and tab watcher report it (SecretNotOwned / PodNotOwned). Returns False when the
-        push should be retried.
-        """
-        from controller.kube.objects import NotOwned, make_box_secret
-
-        try:
-            await self.rt.kube.ensure_secret(make_box_secret(box.body, login_adapter(provider).login_secret_key(), text))
-            # Only where a file exists: a box stopped by the reserve is left without one.
-            res = await self._exec(box, login_adapter(provider).login_replace_argv(), stdin=text)
-        except NotOwned as exc:
-            log.warning("Subscription %s: not pushing the login to box %s: %s is not the box's", self.marker,
-                        box.name, exc.kind)
-            return True  # nothing to retry until the squatter goes; the read-back compares again
-        except Exception as exc:  # noqa: BLE001
-            log.warning("Subscription %s: pushing the login to box %s failed (%s)", self.marker, box.name,
-                        type(exc).__name__)
-            return False
-        if res is not None and res.rc not in (0, LOGIN_FILE_MISSING_RC):
-            log.warning("Subscription %s: writing the login file in box %s exited %s", self.marker, box.name, res.rc)
-            return False
-        return True
-
-    async def propagate(self, provider: str, text: str, only: set[str] | None = None) -> None:
-        """Push ``text`` to every box on the subscription (or the boxes in ``only``), except boxes that
-        hold a login the keeper refused to adopt (`refused_boxes`)."""
-        boxes = [b for b in await self._boxes(provider)
-                 if (only is None or b.name in only) and b.name not in self.refused_boxes]
-        results = await asyncio.gather(*(self.push(provider, b, text) for b in boxes))
-        for box, ok in zip(boxes, results):
-            if ok:
-                self.unsynced.discard(box.name)
-            else:
-                self.unsynced.add(box.name)
-
-    async def _sync_stale(self, provider: str, login: Login, text: str) -> None:
-        """Boxes whose credentials Secret holds another token than the subscription's (a rotation that
-        raced a refresh, a push that failed before a restart) get the current login."""
-        if not self.refreshes and not self.adopted:
-            return  # nothing renewed by this keeper yet: the boxes hold what they were given
-        stale = []
-        for box in await self._boxes(provider):
-            current = await load_box_login(self.rt.kube, self.namespace, box.name, provider)
-            held = current.login
-            if held is None or held.access_token != login.access_token:
-                if held is not None and self._newer(held, login) and \
-                        login_file(provider).same_account(current.text or "", login, self.marker):
-                    continue  # newer than ours: the read-back adopts it before the next refresh
-                stale.append(box.name)
-        if stale:
-            await self.propagate(provider, text, only=set(stale))
-
-    # ------------------------------------------------------------------ read back
-    @staticmethod
-    def _newer(a: Login, b: Login) -> bool:
-        return a.expires_at is not None and b.expires_at is not None and a.expires_at > b.expires_at
-
-    async def _adopt_from_boxes(self, provider: str, login: Login, text: str, ref: Any, now: datetime,
-                                status: dict[str, Any]) -> tuple[Login, str] | str | None:
-        """Adopt the newest login found in a box's live file, if the provider confirms it is this account's.
-
-        A candidate is a login with a refresh token and a later expiry than the Secret's. Nothing in the
-        file decides (markers and account ids can be copied): the candidate's access token is shown to
-        the provider (`_verify`) and must belong to the identity in ``status.account``; then its refresh
-        token (and expiry, still the box's word) is confirmed by spending it once (`_refresh` with
-        ``candidate``), and only the provider's answer is grafted onto the Secret's login file and stored
-        (nothing else from the box reaches the Secret). Every
-        adoption is a Normal Event naming the box; a refused candidate is a Warning naming the box, once
-        per login, and that box gets no pushes while it holds it.
-
-        Returns:
-            (login, text) adopted and propagated; `_UNDECIDED` when a candidate could not be checked
-            (provider unreachable); None when there is nothing to adopt.
-        """
-        boxes = await self._boxes(provider)
-        names = {b.name for b in boxes}
-        for gone in [b for b in self.refused_boxes if b not in names]:
-            self.refused_boxes.pop(gone)
-
-        async def read(box: _Box) -> str | None:
-            try:
-                res = await self._exec(box, login_adapter(provider).login_read_argv())
-            except Exception:  # noqa: BLE001 - not running, not owned (NotOwned), transport: no candidate
-                return None
-            return res.stdout if res is not None and res.rc == 0 else None
-
-        candidates: list[tuple[_Box, Login, str]] = []
-        for box, live in zip(boxes, await asyncio.gather(*(read(b) for b in boxes))):
-            held = parse_held_login(provider, live)
-            if held is None or held.access_token == login.access_token:
-                if held is not None:
-                    self.refused_boxes.pop(box.name, None)  # holds the subscription's login again
-                continue
-            if self.refused_boxes.get(box.name) not in (None, held.fingerprint):
-                self.refused_boxes.pop(box.name)  # no longer holds the refused login
-            if held.refresh_token and self._newer(held, login):
-                candidates.append((box, held, live or ""))
-        candidates.sort(key=lambda c: c[1].expires_at or now, reverse=True)
-        undecided = False
-        for box, held, live in candidates:
-            why = await self._verify(provider, held, status.get("account"), now)
-            if why is None:
-                undecided = True
-                continue
-            if why:
-                metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "refused").inc()
-                if self.refused_boxes.get(box.name) != held.fingerprint:
-                    self.refused_boxes[box.name] = held.fingerprint
-                    self.post_event("Warning", "LoginCandidateRefused",
-                                    f"Box {box.name} holds a newer login that was not adopted: {why}. The Secret "
-                                    f"{ref.name!r} and the other boxes are untouched; box {box.name} gets no login "
-                                    "pushes while it holds it")
-                    log.warning("Subscription %s: login in box %s refused: %s", self.marker, box.name, why)
-                continue
-            # The provider confirmed the access token's account, nothing else: the refresh token and the
-            # expiry are still the box's word. The candidate's refresh token is spent once, here, and only
-            # the provider's answer (new tokens, its own expires_in) is stored and passed on.
-            fmt = login_file(provider)
-            cand_text = fmt.mark(fmt.graft(text, live), self.marker)
-            cand = parse_login(provider, cand_text)
-            cfp = token_fingerprint(cand.refresh_token)
-            if cfp in self.sent_candidates:
-                continue  # sent once already: a second use would revoke the chain
-            if len(self.sent_candidates) > 256:
-                self.sent_candidates.pop()
-            self.sent_candidates.add(cfp)
-            outcome = await self._refresh(provider, cand, cand_text, ref, now, candidate=box.name)
-            if outcome == "error":  # not spent: may be sent again later
-                self.sent_candidates.discard(cfp)
-                undecided = True
-                continue
-            if outcome == "lost":
-                return None
-            if outcome == "refused":
-                metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "refused").inc()
-                self.refused_boxes[box.name] = held.fingerprint
-                self.post_event("Warning", "LoginCandidateRefused",
-                                f"Box {box.name} holds a newer login that was not adopted: the provider refused its "
-                                f"refresh token. The Secret {ref.name!r} and the other boxes are untouched; box "
-                                f"{box.name} gets no login pushes while it holds it")
-                continue
-            assert isinstance(outcome, tuple)
-            self.adopted += 1
-            metrics.LOGIN_CANDIDATES.labels(self.namespace, self.name, "adopted").inc()
-            self.post_event("Normal", "LoginAdopted",
-                            f"Box {box.name} held a newer login of this account (an agent refreshed it; the "
-                            f"provider confirmed the account and renewed it); stored it in Secret {ref.name!r} and "
-                            "passed it to the other boxes")
-            return outcome
-        return _UNDECIDED if undecided else None
+        return (self.refresher.due_at(login) - self.rt.clock()).total_seconds()
 
     def _writer(self) -> StatusWriter:
         """The Subscription's one status writer (shared with its usage reader and validation)."""
-        return subscription_writer(self.rt, self.namespace, self.name)
-
+        return self.scope.writer()

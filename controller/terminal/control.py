@@ -36,6 +36,10 @@ received; a line longer than ``max_line`` bytes is dropped (an ``%output`` line 
 block longer than ``max_block`` bytes answers :class:`ControlError` ``"output_too_large"`` to its caller;
 more than ``max_rate`` bytes within ``rate_window_s`` seconds closes the stream (reason ``"flood"``; real
 tmux stays far below it because the follower pauses a pane's output between two captures).
+
+Parsing is :class:`controller.terminal.controlparser.ControlParser` (bytes in, replies and pane notifications
+out, no I/O); this module holds the connection: the commands written, their replies awaited, the read loop
+and the end of the stream.
 """
 
 from __future__ import annotations
@@ -43,27 +47,22 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-import time
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.constants import TMUX_SESSION
 from controller.terminal import tmux
+from controller.terminal.controlparser import MAX_DIRTY, ControlError, ControlParser, Pending, Reply
+
+__all__ = ["MAX_DIRTY", "MIN_VERSION", "SYNC_PREFIX", "ControlClient", "ControlError", "Reply", "Stream",
+           "attach_argv", "command_lines", "quote", "supported"]
 
 MIN_VERSION = (3, 2)
 """Oldest tmux whose control mode has client flags (``attach -f ignore-size,pause-after=N``)."""
 
 _SAFE_WORD = re.compile(r"^(?:%\d+|[A-Za-z0-9_@:=./,+-]+)$")  # "%" only as a pane id: "%0:continue" is a parse error
-_PAUSE = re.compile(rb"^%(?:pause|continue) (%\d{1,10})$")
 _BAD_CHARS = re.compile(r"[\x00\n\r]")
 _VERSION = re.compile(r"tmux (?:next-)?(\d+)\.(\d+)")
-_PANE = re.compile(rb"^%(?:output|extended-output) (%\d{1,10})(?: |$)")
-_BLOCK = re.compile(rb"^%(begin|end|error) (\d{1,20}) (\d{1,20}) (\d{1,10})$")
 SYNC_PREFIX = "abx-sync-"
-MAX_DIRTY = 1024
-"""Most pane ids marked before the first tab list (then only known panes are)."""
-_TAB_EVENTS = (b"%window-add", b"%window-close", b"%unlinked-window-add", b"%unlinked-window-close",
-               b"%window-renamed", b"%layout-change", b"%session-window-changed", b"%sessions-changed")
 
 
 class Stream(Protocol):
@@ -73,26 +72,6 @@ class Stream(Protocol):
     async def read(self) -> tuple[int, bytes] | None: ...
     async def aclose(self) -> None: ...
 
-
-class ControlError(RuntimeError):
-    """A control-mode command could not be answered; ``reason``: ``"closed"`` (the stream ended),
-    ``"timeout"``, ``"output_too_large"``, ``"protocol"`` (the stream broke the protocol: forged or
-    out-of-step blocks), ``"flood"`` (more bytes than the rate bound) or ``"unquotable"`` (an argument
-    tmux's parser cannot carry). ``sent``: the command was written to the stream (tmux may have run it; its
-    reply never came), so running it again elsewhere could run it twice."""
-
-    def __init__(self, message: str, reason: str, sent: bool = False) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.sent = sent
-
-
-@dataclass
-class Reply:
-    """One command's answer: ``ok`` (``%end``) or not (``%error``), its output lines (UTF-8, replaced)."""
-
-    ok: bool
-    lines: list[str]
 
 
 def supported(version_output: str) -> bool:
@@ -150,16 +129,6 @@ def command_lines(argv: list[str]) -> list[str]:
     return lines
 
 
-@dataclass
-class _Pending:
-    future: asyncio.Future[Reply]
-    lines: list[bytes] = field(default_factory=list)
-    size: int = 0
-    too_large: bool = False
-    reply: Reply | None = None                   # held until the sync block proves the stream in step
-    nonce: bytes | None = None                   # set on the sync command of a group
-    group: list["_Pending"] = field(default_factory=list)  # the sync command's: the commands it vouches for
-
 
 class ControlClient:
     """tmux control mode on one stream; see the module docstring.
@@ -171,6 +140,8 @@ class ControlClient:
             closed as a flood (8 MiB in 10 s by default: parsing costs about 0.2 s of CPU per MiB of short
             lines, and the event loop serves every box).
     Attributes:
+        parser: the protocol state (:class:`~controller.terminal.controlparser.ControlParser`); the
+            attributes below are its, read (and ``known``, ``paused``, ``max_block`` set) through the client.
         known: pane ids of the last tab list (set by the caller; ``None`` until then).
         received: bytes read from the stream; ``blocks``: well-formed ``%begin`` lines read.
         dirty: pane ids ("%3") with output since :meth:`take_dirty`.
@@ -185,28 +156,66 @@ class ControlClient:
     def __init__(self, stream: Stream, *, max_line: int = 256 * 1024, max_block: int = 1024 * 1024,
                  max_rate: int = 8 * 1024 * 1024, rate_window_s: float = 10.0) -> None:
         self.stream = stream
-        self.max_line = max_line
-        self.max_block = max_block
-        self.max_rate = max_rate
-        self.rate_window_s = rate_window_s
-        self.known: frozenset[str] | None = None
-        self.received = 0
-        self.blocks = 0
-        self._window = (time.monotonic(), 0)
-        self.dirty: set[str] = set()
-        self.paused: set[str] = set()
-        self.tabs_changed = True
         self.changed = asyncio.Event()
         self.closed = asyncio.Event()
-        self.exit_reason: str | None = None
-        self._waiting: list[_Pending] = []   # sent, block not started
-        self._block: tuple[bytes, _Pending | None] | None = None  # (b"<time> <number>", pending or None)
-        self._partial: list[bytes] = []
-        self._partial_len = 0
-        self._skipping = False
+        self.parser = ControlParser(max_line=max_line, max_block=max_block, max_rate=max_rate,
+                                    rate_window_s=rate_window_s, on_change=self.changed.set)
         self._write_lock = asyncio.Lock()
         self.changed.set()  # the first look: every pane is unknown
         self._reader = asyncio.ensure_future(self._read_loop())
+
+    # ------------------------------------------------------------------ the parser's state
+    @property
+    def known(self) -> frozenset[str] | None:
+        """Pane ids of the last tab list (set by the caller); None until then."""
+        return self.parser.known
+
+    @known.setter
+    def known(self, panes: frozenset[str] | None) -> None:
+        self.parser.known = panes
+
+    @property
+    def paused(self) -> set[str]:
+        """Panes tmux paused, or this client asked to pause."""
+        return self.parser.paused
+
+    @paused.setter
+    def paused(self, panes: set[str]) -> None:
+        self.parser.paused = panes
+
+    @property
+    def max_block(self) -> int:
+        """Most bytes of one reply block (a longer one answers ``"output_too_large"``)."""
+        return self.parser.max_block
+
+    @max_block.setter
+    def max_block(self, size: int) -> None:
+        self.parser.max_block = size
+
+    @property
+    def dirty(self) -> set[str]:
+        """Pane ids with output since :meth:`take_dirty`."""
+        return self.parser.dirty
+
+    @property
+    def tabs_changed(self) -> bool:
+        """The tab list changed since :meth:`take_dirty`."""
+        return self.parser.tabs_changed
+
+    @property
+    def exit_reason(self) -> str | None:
+        """Why the stream ended (a fixed word); None while it runs."""
+        return self.parser.exit_reason
+
+    @property
+    def received(self) -> int:
+        """Bytes read from the stream (stdout and stderr)."""
+        return self.parser.received
+
+    @property
+    def blocks(self) -> int:
+        """Well-formed ``%begin`` lines read."""
+        return self.parser.blocks
 
     # ------------------------------------------------------------------ commands
     async def command(self, argv: list[str], timeout: float = 10.0) -> list[Reply]:
@@ -218,16 +227,16 @@ class ControlClient:
         if self.closed.is_set():
             raise ControlError("control stream closed", "closed")
         loop = asyncio.get_running_loop()
-        pending = [_Pending(loop.create_future()) for _ in lines]
+        pending = [Pending(loop.create_future()) for _ in lines]
         nonce = SYNC_PREFIX + secrets.token_hex(12)
         lines.append(f"display-message -p {nonce}")
-        pending.append(_Pending(loop.create_future(), nonce=nonce.encode(), group=list(pending)))
+        pending.append(Pending(loop.create_future(), nonce=nonce.encode(), group=list(pending)))
         async with self._write_lock:
-            self._waiting.extend(pending)
+            self.parser.expect(pending)
             try:
                 await self.stream.write(("\n".join(lines) + "\n").encode())
             except Exception:
-                self._fail_all("closed")
+                self.parser.fail_all("closed")
                 # a failed write may still have delivered part of it: counted as sent
                 raise ControlError("control stream closed", "closed", sent=True) from None
         try:
@@ -242,8 +251,7 @@ class ControlClient:
 
     def take_dirty(self) -> tuple[set[str], bool]:
         """Return and clear (changed panes, tab list changed)."""
-        dirty, tabs = self.dirty, self.tabs_changed
-        self.dirty, self.tabs_changed = set(), False
+        dirty, tabs = self.parser.take_dirty()
         self.changed.clear()
         return dirty, tabs
 
@@ -304,9 +312,9 @@ class ControlClient:
 
     async def aclose(self, reason: str = "closed") -> None:
         """Detach (end the stream) and fail the waiting callers."""
-        if self.exit_reason is None:
-            self.exit_reason = reason
-        self._fail_all(reason if reason in ("timeout", "protocol", "flood") else "closed")
+        if self.parser.exit_reason is None:
+            self.parser.exit_reason = reason
+        self.parser.fail_all(reason if reason in ("timeout", "protocol", "flood") else "closed")
         self.closed.set()
         self.changed.set()
         self._reader.cancel()
@@ -315,190 +323,26 @@ class ControlClient:
         except Exception:  # a dead stream: nothing to report
             pass
 
-    # ------------------------------------------------------------------ parsing
-    def _fail_all(self, reason: str) -> None:
-        waiting = self._waiting
-        if self._block is not None and self._block[1] is not None:
-            waiting = [self._block[1], *waiting]
-        self._waiting, self._block = [], None
-        for p in waiting:
-            if not p.future.done():
-                p.future.set_exception(ControlError("control stream closed", reason))
-
     async def _read_loop(self) -> None:
+        """Read the stream into the parser until it ends (or the parser ends it), then close: the waiting
+        callers fail with ``"closed"``, ``closed`` and ``changed`` are set."""
+        parser = self.parser
         reason = "closed"
         try:
             while (item := await self.stream.read()) is not None:
                 if item[0] == 1:
-                    self._feed(item[1])
-                elif not self._account(len(item[1])):  # stderr is dropped, but counts towards the bound
-                    self._violation("flood")
-                if self.exit_reason is not None:
-                    reason = self.exit_reason
+                    parser.feed(item[1])
+                else:
+                    parser.feed_stderr(item[1])  # stderr is dropped, but counts towards the bound
+                if parser.exit_reason is not None:
+                    reason = parser.exit_reason
                     break
         except asyncio.CancelledError:
             raise
         except Exception:  # transport or protocol failure: the caller reconnects
             reason = "closed"
-        if self.exit_reason is None:
-            self.exit_reason = reason
-        self._fail_all("closed")
+        if parser.exit_reason is None:
+            parser.exit_reason = reason
+        parser.fail_all("closed")
         self.closed.set()
         self.changed.set()
-
-    def _violation(self, reason: str, pending: _Pending | None = None) -> None:
-        """The stream broke the protocol or its bounds: fail every caller (``pending``: a sync command whose
-        block ended, and its group) and stop reading it (the read loop ends)."""
-        if self.exit_reason is None:
-            self.exit_reason = reason
-        self._fail_all(reason)
-        for p in ([pending, *pending.group] if pending is not None else []):
-            if not p.future.done():
-                p.future.set_exception(ControlError("control stream out of step", reason))
-
-    def _account(self, size: int) -> bool:
-        """Count ``size`` bytes read; False when the window's total is over ``max_rate``."""
-        self.received += size
-        now = time.monotonic()
-        since, count = self._window
-        if now - since > self.rate_window_s:
-            since, count = now, 0
-        self._window = (since, count + size)
-        return count + size <= self.max_rate
-
-    def _feed(self, data: bytes) -> None:
-        """Split ``data`` into lines (linear in its size: no copy of the rest per line)."""
-        if not self._account(len(data)):
-            self._violation("flood")
-            return
-        lines = data.split(b"\n")  # one C-level pass; the last item is the unfinished line
-        rest = lines.pop()
-        for piece in lines:
-            if self._skipping:
-                self._skipping = False
-                continue
-            if self._partial:
-                if self._partial_len + len(piece) > self.max_line:
-                    self._note_long(self._partial[0][:64])
-                    self._partial, self._partial_len = [], 0
-                    continue
-                piece = b"".join(self._partial) + piece
-                self._partial, self._partial_len = [], 0
-            elif len(piece) > self.max_line:
-                self._note_long(piece[:64])
-                continue
-            self._line(piece[:-1] if piece.endswith(b"\r") else piece)
-            if self.exit_reason is not None:
-                return
-        if rest and not self._skipping:
-            if self._partial_len + len(rest) > self.max_line:
-                self._note_long((self._partial[0] if self._partial else rest)[:64])
-                self._partial, self._partial_len, self._skipping = [], 0, True
-            else:
-                self._partial.append(rest)
-                self._partial_len += len(rest)
-
-    def _note_long(self, head: bytes) -> None:
-        if self._block is None:
-            m = _PANE.match(head)
-            if m:
-                self._mark(m.group(1).decode())
-        elif self._block[1] is not None:
-            self._block[1].too_large = True
-
-    def _flow(self, line: bytes, pane: str) -> None:
-        """``%pause``: tmux paused the pane (``pause-after``): changed, continued at its capture; one this
-        client asked for (:meth:`pause_panes`) is already known.  ``%continue``: nothing new to see."""
-        if line.startswith(b"%pause"):
-            if pane not in self.paused:
-                self._mark(pane, paused=True)
-        else:
-            self.paused.discard(pane)
-
-    def _mark(self, pane: str, paused: bool = False) -> None:
-        if (pane not in self.known) if self.known is not None else len(self.dirty) >= MAX_DIRTY:
-            self.tabs_changed = True  # a pane the last list did not show: list again
-        else:
-            self.dirty.add(pane)
-            if paused:
-                self.paused.add(pane)
-        self.changed.set()
-
-    def _end_block(self, line: bytes, pending: _Pending | None) -> None:
-        self._block = None
-        if pending is None:
-            return
-        ok = line.startswith(b"%end ")
-        if pending.nonce is not None:  # the sync block: proves every reply before it came from tmux
-            if not ok or pending.too_large or pending.lines != [pending.nonce]:
-                self._violation("protocol", pending)
-                return
-            for p in pending.group:
-                if p.future.done():
-                    continue
-                if p.too_large:
-                    p.future.set_exception(ControlError("control reply too large", "output_too_large"))
-                elif p.reply is None:
-                    self._violation("protocol", pending)
-                    return
-                else:
-                    p.future.set_result(p.reply)
-            if not pending.future.done():
-                pending.future.set_result(Reply(True, []))
-            return
-        if not pending.too_large:
-            pending.reply = Reply(ok, [x.decode("utf-8", "replace") for x in pending.lines])
-            pending.lines = []
-
-    def _line(self, line: bytes) -> None:
-        if self._block is None and not line.startswith(b"%"):
-            return  # not protocol (a banner, noise): ignored
-        if self._block is not None:
-            key, pending = self._block
-            flow = _PAUSE.match(line)
-            if flow is not None:
-                # tmux 3.3a sends %pause/%continue inside the block of the command that caused them (a
-                # refresh-client -A, or any command while a pane falls behind): a notification, not output.
-                # A screen line reading exactly "%pause %3" only costs a capture and a continue.
-                self._flow(line, flow.group(1).decode())
-                return
-            if line.startswith((b"%end ", b"%error ")):
-                m = _BLOCK.match(line)
-                if m and m.group(2) + b" " + m.group(3) == key:
-                    self._end_block(line, pending)
-                    return
-            if pending is not None and not pending.too_large:
-                pending.size += len(line) + 1
-                if pending.size > self.max_block:
-                    pending.too_large, pending.lines = True, []
-                else:
-                    pending.lines.append(line)
-            return
-        if line.startswith(b"%begin "):
-            m = _BLOCK.match(line)
-            if m is None:
-                self._violation("protocol")
-                return
-            ours = m.group(4) != b"0"
-            if ours and not self._waiting:
-                self._violation("protocol")  # a reply nobody asked for: forged, or the stream is out of step
-                return
-            pending = self._waiting.pop(0) if ours else None
-            self.blocks += 1
-            self._block = (m.group(2) + b" " + m.group(3), pending)
-            return
-        if line.startswith((b"%end ", b"%error ")):
-            self._violation("protocol")  # an end outside any block: a block was ended early by forged text
-            return
-        flow = _PAUSE.match(line)
-        if flow is not None:
-            self._flow(line, flow.group(1).decode())
-            return
-        m = _PANE.match(line)
-        if m:
-            self._mark(m.group(1).decode())
-        elif line.startswith(_TAB_EVENTS):
-            self.tabs_changed = True
-            self.changed.set()
-        elif line == b"%exit" or line.startswith(b"%exit "):
-            self.exit_reason = "exit"

@@ -14,7 +14,7 @@ import pytest
 from controller import constants as C
 from controller.domain.types import Usage, Window
 from controller.runtime import Runtime
-from controller.service import logins as logins_mod
+from controller.service import loginidentity
 from controller.settings import Settings
 from harness.memkube import MemKube
 
@@ -52,5 +52,5 @@ def reader_runtime(monkeypatch: pytest.MonkeyPatch) -> Runtime:
 
     async def identity(self, provider, login):  # the provider's answer, without a network
         return "acct-a"
-    monkeypatch.setattr(logins_mod.LoginKeeper, "_identity", identity)
+    monkeypatch.setattr(loginidentity.AccountIdentity, "ask", identity)
     return Runtime(settings=Settings(), kube=kube, usage=FixedUsage(), clock=lambda: T0)  # type: ignore[arg-type]
