@@ -15,6 +15,13 @@ from agentbox_sim.world import TabSpec, World, claude_login, codex_login, eventu
 pytestmark = pytest.mark.component
 
 
+
+async def event_message(world: World, box: str, reason: str) -> str:
+    """The message of the box's first Event with `reason`, once it is stored (Events are posted after the
+    status write that a test may have seen first)."""
+    return await eventually(lambda: next((e["message"] for e in world.events(box) if e["reason"] == reason), None),
+                            10, what=f"a {reason} Event")
+
 def submits(world: World, box: str, tab: str = "main") -> list[dict]:
     return [e for e in world.agent_log(box, tab) if e["event"] == "submit"]
 
@@ -171,7 +178,7 @@ async def test_reserve_with_rotation_switches_instead_of_stopping(world: World):
     await sub_state(world, "b", "Available")
     await limited_box(world, "a", {"enabled": True}, working=True)
     await eventually(lambda: status(world, "box").get("subscription") == "b", 20, what="switch to b")
-    assert "reserve reached" in next(e["message"] for e in world.events("box") if e["reason"] == "Switched")
+    assert "reserve reached" in await event_message(world, "box", "Switched")
     assert "tok-b" in (world.login_file("box") or "")
     assert "ReserveReached" not in reasons(world, "box")
 
@@ -187,7 +194,7 @@ async def test_deleted_subscription_moves_the_box(world: World):
     started = time.time()
     await eventually(lambda: status(world, "box").get("subscription") == "b", 15, what="moved off the deleted one")
     assert time.time() - started < 10
-    assert "subscription deleted" in next(e["message"] for e in world.events("box") if e["reason"] == "Switched")
+    assert "subscription deleted" in await event_message(world, "box", "Switched")
     assert "tok-b" in world.box_secret("box")["credentials.json"]
 
 
