@@ -60,7 +60,7 @@ lint: venv
 # report in tmp/junit.xml feeds `make durations`.
 test: venv agents lint
 	mkdir -p tmp
-	$(PY) -m pytest -q -rs --basetemp=tmp/pytest --junitxml=tmp/junit.xml \
+	$(PY) -m pytest -q -rs --durations=30 --basetemp=tmp/pytest --junitxml=tmp/junit.xml \
 	  $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --maxschedchunk 1,) $(PYTEST_ARGS)
 
 # The edit-test loop: the pure domain and unit tests (no emulated world, no tmux), on every core; ~30 s.
