@@ -67,6 +67,19 @@ class TabSender:
                 await asyncio.sleep(self.rt.settings.send_pause_s)
             await self.term.press(pane, key)
 
+    async def interrupt(self, pane: str, keys: tuple[str, ...], gone: Callable[[], Awaitable[bool]]) -> None:
+        """Press the interrupt keys in order, the send pause between two, and press no more once the agent is
+        gone (`gone`: its shell is in the foreground). A restarted controller completing an Interrupt step
+        left half done (Codex had one Ctrl-C of two before the crash) stops Codex with the first key: the
+        second would reach its shell, whose SIGINT can discard the relaunch typed 0.2 s later (the agent
+        left dead at the shell; field-pitfalls section 7)."""
+        for i, key in enumerate(keys):
+            if i:
+                await asyncio.sleep(self.rt.settings.send_pause_s)
+                if await gone():
+                    return
+            await self.term.press(pane, key)
+
     async def _until(self, at: datetime | None) -> None:
         """Sleep until the instant `at` (UTC, by the runtime's clock); at once when it passed or is None.
         The loop's monotonic timer and the wall clock may disagree by a hair: checked again (a few times at
@@ -246,7 +259,7 @@ class TabSender:
                 # their SIGINT after reading the relaunch typed behind them (the relaunch was discarded, the agent
                 # left dead at the shell).
                 if not await at_shell() or await self.screen_ready(pane):
-                    await self.press(pane, keys)
+                    await self.interrupt(pane, keys, at_shell)
                 if not await term.wait_until(at_shell, s.restart_timeout_s):
                     return outcome(False, step, restarted)
             elif step == Step.RELAUNCH:
