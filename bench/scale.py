@@ -10,7 +10,10 @@ Phases:
    the operator starts; the bench waits until every box reports its tab.
 2. idle (`--idle` seconds): nothing changes on any screen. Measured over exactly this window: exec calls
    (one-shot) and exec streams opened per box per hour, API requests per minute (every request the
-   controller made, exec included), controller CPU in cores, RSS.
+   controller made, exec included), controller CPU in cores, RSS. On the live stream an idle box is passed
+   only every `stream_rescan_s` (300 s), so the default window is that plus 30 s (every box's rescan pass
+   falls in it: `idle_covers_rescan`); a shorter window can fall between two rescans and report 0 whatever
+   a rescan costs. `idle_exec_by_argv` names the agents' structured file reads `structured:<source>`.
 3. bursts: the subscriptions are split into `--bursts` groups; group g's boxes print their limit line at
    the same moment, with a reset on the minute boundary g+1 minutes later (Claude prints minute-rounded
    resets; the provider's window resets at that instant). Resume lag = (continue received - reset) -
@@ -35,7 +38,7 @@ Final line: JSON with `boxes`, `subscriptions`, `tmux_stream`, `idle_s`, `idle_e
 `idle_stream_opens_per_box_hour`, `idle_exec_per_box_min`, `api_requests_per_min`, `rss_mib`,
 `cpu_idle_cores`, `resume_lag_p99_s` and more.
 
-Usage: .venv/bin/python bench/scale.py [--boxes 1000] [--subscriptions 100] [--idle 300] [--bursts 2]
+Usage: .venv/bin/python bench/scale.py [--boxes 1000] [--subscriptions 100] [--idle 330] [--bursts 2]
        [--margin 10] [--stream | --polling]
 """
 
@@ -188,6 +191,19 @@ def spawn_operator(world: World, logfile: pathlib.Path, metrics_port: int = 0) -
                             preexec_fn=_pdeathsig, cwd=str(ROOT))
 
 
+def exec_label(argv: list[str] | tuple[str, ...]) -> str:
+    """What a one-shot exec was, for `idle_exec_by_argv`: `structured:<source>` for an agent's structured usage
+    file read (the adapters' `structured_sources`; their argv is `sh -c <script>`, which says nothing), else its
+    first two words (`tmux capture-pane`, `sh -c`)."""
+    from controller.agents.registry import ADAPTERS
+
+    for adapter in ADAPTERS.values():
+        for source in adapter.structured_sources:
+            if tuple(argv) == tuple(source.argv):
+                return f"structured:{source.name}"
+    return " ".join(argv[:2])
+
+
 def controller_requests(world: World, start: int, end: int) -> int:
     """Requests the controller made (the bench's own client is aiohttp's default `Python/...` agent)."""
     return sum(1 for e in world.kube.journal[start:end] if not e.user_agent.startswith("Python/"))
@@ -314,6 +330,11 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
                     if c["type"] == "TerminalStream" and c["status"] == "True") < args.boxes:
                 await asyncio.sleep(1)
         await asyncio.sleep(settings.scan_interval_s * 2)  # first passes and structured reads settle
+        if args.idle is None:  # the default: one stream rescan period and a margin (see --idle)
+            args.idle = settings.stream_rescan_s + 30.0
+        if args.stream and args.idle < settings.stream_rescan_s:
+            log(f"warning: the idle window ({args.idle:.0f}s) is shorter than the stream rescan "
+                f"({settings.stream_rescan_s:.0f}s): boxes whose rescan pass falls outside it are not measured")
         log(f"{watched()}/{args.boxes} boxes watched; idle for {args.idle:.0f}s")
 
         # ---------------------------------------------------------------- idle
@@ -330,7 +351,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
         opens = s1 - s0
         rss_idle, rss_process = rss(), rss_mib()
         requests = controller_requests(world, j0, j1)
-        exec_verbs = Counter(" ".join(r.argv[:2]) for r in world.kube.exec_journal[e0:e1]
+        exec_verbs = Counter(exec_label(r.argv) for r in world.kube.exec_journal[e0:e1]
                              if "attach-session" not in r.argv)
         request_kinds = Counter(
             f"{e.method} {'/'.join(x for x in e.path.split('/')[-2:] if x not in boxes)}"
@@ -433,6 +454,9 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             "boxes": args.boxes, "subscriptions": args.subscriptions, "tabs": args.boxes,
             "tmux_stream": args.stream, "operator": "in-process" if args.in_process else "process",
             "scan_interval_s": settings.scan_interval_s, "idle_s": round(idle_s, 1),
+            "stream_rescan_s": settings.stream_rescan_s,
+            # every box's rescan pass (the idle stream's only periodic pass) fell in the window
+            "idle_covers_rescan": (not args.stream) or idle_s >= settings.stream_rescan_s,
             "idle_exec_calls": execs, "idle_stream_opens": opens,
             "idle_exec_per_box_hour": round(execs * per_hour, 2),
             "idle_exec_per_box_min": round(execs * per_hour / 60, 3),
@@ -482,7 +506,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--boxes", type=int, default=1000)
     p.add_argument("--subscriptions", type=int, default=100)
-    p.add_argument("--idle", type=float, default=300.0, help="seconds of the idle window (default 300)")
+    p.add_argument("--idle", type=float, default=None,
+                   help="seconds of the idle window (default: settings.stream_rescan_s + 30 = 330, so that every "
+                        "box's rescan pass on the stream falls in it; a shorter window can miss them all and report 0)")
     p.add_argument("--bursts", type=int, default=2, help="groups of subscriptions limited together (default 2)")
     p.add_argument("--timeout", type=float, default=120.0, help="give up this long after the last reset")
     p.add_argument("--margin", type=float, default=bench_settings("default").resume_margin_s,

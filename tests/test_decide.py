@@ -577,18 +577,27 @@ def test_structured_usage_is_read_only_when_a_tab_stopped_and_merged_into_its_de
     assert calm.tab_records["main"].phase == Phase.IDLE
 
 
-@pytest.mark.parametrize("stream,age_s,state_changed,read_again", [
-    (LIVE, 10.0, False, False),    # live, same tabs, young: the last read is reused
-    (LIVE, 300.0, False, True),    # live, as old as stream_rescan_s: read again
-    (LIVE, 10.0, True, True),      # live, a tab's state changed (a turn ended): read again
-    (None, 10.0, False, True),     # polling: every pass reads
-    (DOWN, 10.0, False, True),     # stream down: polling
+@pytest.mark.unit
+@pytest.mark.parametrize("stream,age_s,state_changed,screen_changed,read_again", [
+    (LIVE, 10.0, False, False, False),     # live, same tabs and screens, young: the last read is reused
+    (LIVE, 300.0, False, False, False),    # live, nothing drawn since the read, a rescan later: reused (issue 20)
+    (LIVE, 18000.0, False, False, False),  # ... five hours later: still reused (an idle box reads its files once)
+    (LIVE, 10.0, False, True, False),      # live, a screen changed but no tab changed state, young: reused
+    (LIVE, 300.0, False, True, True),      # ... as old as stream_rescan_s: read again
+    (LIVE, 10.0, True, False, True),       # live, a tab's state changed (a turn ended): read again
+    (None, 10.0, False, False, True),      # polling: every pass reads
+    (None, 300.0, False, False, True),
+    (DOWN, 10.0, False, False, True),      # stream down: polling
+    (DOWN, 300.0, False, False, True),
 ])
 def test_structured_read_is_reused_on_the_live_stream_while_the_tabs_are_unchanged(
-        stream: StreamView | None, age_s: float, state_changed: bool, read_again: bool):
+        stream: StreamView | None, age_s: float, state_changed: bool, screen_changed: bool, read_again: bool):
+    """Issue 20: the rule read the files again at every rescan pass (the last read was then
+    `stream_rescan_s` old), 2 execs per idle box every 300 s; a pass whose tabs and screens are those of the
+    last read reuses it, however old."""
     first, _ = run(observe(tab(IDLE), stream=stream), Memory(), structured(FULL), now=NOW - timedelta(seconds=age_s))
     assert first.memory.structured is not None
-    later = tab(limited(None) if state_changed else IDLE)
+    later = tab(limited(None) if state_changed else IDLE, screen="screen, one line more" if screen_changed else "screen")
     mem = Memory(structured=first.memory.structured)  # only the last read, no tab records
     d, steps = run(observe(later, stream=stream, stream_rescan_s=300.0), mem,
                    structured(StructuredRead(None, "statusline")))
@@ -596,6 +605,19 @@ def test_structured_read_is_reused_on_the_live_stream_while_the_tabs_are_unchang
     # Reused: the last read merges again (the idle tab is limited); read again: the new (empty) read counts.
     merged = d.tab_records["main"].detected_by == "structured:statusline"
     assert merged is (not read_again)
+    assert (d.memory.structured == first.memory.structured) is (not read_again)
+
+
+@pytest.mark.unit
+def test_a_reused_structured_read_stops_limiting_once_its_window_reset():
+    """The last read is reused across rescans while nothing is drawn, and merged at each pass's `now`: the
+    100 % window of an old read no longer limits the idle tab after its reset (no fresh read is needed for that)."""
+    first, _ = run(observe(tab(IDLE), stream=LIVE), Memory(), structured(FULL))
+    assert first.tab_records["main"].phase == Phase.RATE_LIMITED
+    after, steps = run(observe(tab(IDLE), stream=LIVE), Memory(structured=first.memory.structured),
+                       structured(StructuredRead(None, "statusline")), now=NOW + timedelta(hours=3))
+    assert reads(steps) == 0
+    assert after.tab_records["main"].phase == Phase.IDLE
 
 
 def test_a_failed_structured_read_merges_nothing_and_keeps_the_files_problems():

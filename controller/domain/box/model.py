@@ -55,8 +55,9 @@ class Memory:
         stream_warned: uid of the pod whose unusable stream was reported (one Warning per pod).
         pending_switch: status.switch a previous controller left unfinished (a dict with `to`), found when
             the memory was rebuilt from status; completed (or given up) by the first pass that reads the tabs.
-        structured: the last structured read: (the tabs' (name, state, kind, limit) digest it was read
-            for, the instant it was read (UTC), its result); reused on a live stream (`structured.merge_structured`).
+        structured: the last structured read: (the tabs' (name, state, kind, limit) it was read for, the
+            instant it was read (UTC), its result, the tabs' (name, screen digest) it was read with); reused on a
+            live stream (`structured.merge_structured`).
         loaded: the memory was rebuilt from status (a restarted controller starts from status).
     """
 
@@ -79,7 +80,7 @@ class Memory:
     out_of_date: str | None = None
     replacing: tuple[str, str] | None = None
     stream_warned: str | None = None
-    structured: tuple[tuple[Any, ...], datetime, StructuredRead] | None = None
+    structured: tuple[tuple[Any, ...], datetime, StructuredRead, tuple[tuple[str, str], ...]] | None = None
     pending_switch: Mapping[str, Any] | None = None
     loaded: bool = False
 
