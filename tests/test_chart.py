@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import typing
 from typing import Any
 
 import helm_python as helm
@@ -252,9 +253,11 @@ def settings_schema() -> dict[str, Any]:
         ann = field.annotation
         entry: dict[str, Any] = {"type": "integer" if ann is int else "string" if ann is str else "number",
                                  "description": field.description}
+        if typing.get_origin(ann) is typing.Literal:
+            entry = {"type": "string", "enum": list(typing.get_args(ann)), "description": field.description}
         for meta in field.metadata:
             for attr, key in (("gt", "exclusiveMinimum"), ("ge", "minimum"), ("lt", "exclusiveMaximum"),
-                              ("le", "maximum")):
+                              ("le", "maximum"), ("min_length", "minLength"), ("max_length", "maxLength")):
                 if getattr(meta, attr, None) is not None:
                     entry[key] = getattr(meta, attr)
         if entry["type"] == "string" and name.endswith("_url"):
