@@ -48,8 +48,9 @@ async def rest(kube: KubeEmulator) -> AsyncIterator[Rest]:
 
 def replica(rest: Rest, identity: str, clock: Clock, stopped: list[tuple[str, set[int]]],
             exits: list[str]) -> ShardLeases:
-    async def stop_serving(shards: set[int]) -> None:
+    async def stop_serving(shards: set[int]) -> bool:
         stopped.append((identity, set(shards)))
+        return True
 
     return ShardLeases(rest, NS, "ctl", 4, identity, TIMINGS, clock=clock, stop_serving=stop_serving,
                        exit=lambda code, why: exits.append(f"{identity}: {why}"))

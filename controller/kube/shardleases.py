@@ -83,8 +83,10 @@ class ShardLeases:
         identity: this replica's holder identity (`election.new_identity()`).
         timings: seconds (`ElectionTimings`: lease duration, renew deadline, retry period).
         clock: the current UTC instant.
-        stop_serving: `async (shards) -> None`, called before shards are given back; it returns once
-            nothing of theirs runs any more.
+        stop_serving: `async (shards) -> bool`, called before shards are given back; it returns once
+            nothing of theirs runs any more (True), or False when something still runs: then the process
+            ends instead of giving them back (their Leases expire; nothing acts twice).
+        exit: `(code, why) -> None` ending the process (default: log and `os._exit`; tests record).
         on_change: called (no arguments) whenever the served shards change.
     """
 
@@ -95,7 +97,7 @@ class ShardLeases:
     identity: str
     timings: ElectionTimings = field(default_factory=ElectionTimings)
     clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
-    stop_serving: Callable[[set[int]], Awaitable[None]] | None = None
+    stop_serving: Callable[[set[int]], Awaitable[bool]] | None = None
     on_change: Callable[[], None] | None = None
     exit: Callable[[int, str], None] | None = None
     renewed_sent: dict[int, float] = field(default_factory=dict)  # shard -> monotonic s of its last renewal sent
@@ -242,8 +244,9 @@ class ShardLeases:
                 self.renewed_sent.pop(shard, None)
             if self.on_change is not None:
                 self.on_change()
-            if self.stop_serving is not None:
-                await self.stop_serving(released)
+            if self.stop_serving is not None and not await self.stop_serving(released):
+                self._end(1, f"What ran for the shards {sorted(released)} did not stop")
+                return
             for shard in plan.release:
                 lease = leases[shard]
                 spec = dict((lease or {}).get("spec") or {}, holderIdentity=None, leaseDurationSeconds=1)
@@ -291,8 +294,9 @@ class ShardLeases:
             return
         if self.on_change is not None:
             self.on_change()
-        if self.stop_serving is not None:
-            await self.stop_serving(held)
+        if self.stop_serving is not None and not await self.stop_serving(held):
+            self._end(1, f"What ran for the shards {sorted(held)} did not stop")
+            return
         for shard in sorted(held):
             name = shard_lease_name(self.prefix, shard)
             try:
