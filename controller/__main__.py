@@ -35,6 +35,10 @@ def _run(ns: argparse.Namespace) -> int:
         print("run: --leader-elect and --peering are two ways of choosing the active replica; give one",
               file=sys.stderr)
         return EXIT_USAGE
+    if settings.shards > 1 and not ns.leader_elect:
+        print("run: AGENTBOX_SHARDS > 1 needs --leader-elect LEASE (the shard Leases are LEASE-shard-<i>)",
+              file=sys.stderr)
+        return EXIT_USAGE
     if ns.leader_elect:
         from controller.kube.election import ElectionTimings
 
@@ -49,6 +53,12 @@ def _run(ns: argparse.Namespace) -> int:
     configure_logging(ns.log_format)
     namespaces = ns.namespace or []
     run = functools.partial(operate, settings, namespaces, ns.liveness or None)
+    if settings.shards > 1:  # every replica runs; each serves the shards whose Lease it holds
+        from controller.kube.election import ElectionTimings, new_identity
+
+        timings = ElectionTimings(ns.lease_duration, ns.renew_deadline, ns.retry_period)
+        run(shard_leases=(ns.leader_elect, ns.lease_namespace, timings, new_identity()))
+        return 0
     if ns.leader_elect:
         return _run_elected(ns, run)
     if not ns.peering:

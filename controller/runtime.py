@@ -52,6 +52,8 @@ class Runtime:
             uid of the newest daemon of that name (tab watcher, usage reader): what is kept by name
             (wakeups, interests, box_changes, the status writer, metric series) is dropped only by it, never by
             an older daemon of a deleted box of the same name that ends after the re-created box's started.
+        sharding: with `settings.shards` > 1, which objects this replica serves
+            (`controller.service.sharding.Sharding`); None otherwise (every object is served).
     """
 
     settings: Settings
@@ -71,6 +73,7 @@ class Runtime:
     logins: SharedLogins = field(default_factory=SharedLogins)
     pods: WatchedPods = field(default_factory=WatchedPods)
     presence: Presence = field(default_factory=Presence)
+    sharding: Any = None
 
     def __post_init__(self) -> None:
         if self.events is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextvars import ContextVar
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Literal
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -94,6 +94,11 @@ class Settings(BaseSettings):
     # --- end box policy
     gc_gen0_threshold: int = Field(GC_GEN0, ge=0, description="Garbage collector: allocations between two young-generation collections (CPython's default is 700; 0 keeps it). Higher: objects that live for one pass die before a collection walks them (bench/README.md).")
     gc_freeze_period_s: float = Field(600.0, ge=0, description="Garbage collector: every this many seconds one full collection, then the survivors are frozen out of the automatic collections, so those of a reset's burst walk only new objects (0 = off; bench/README.md).")
+    # --- sharding over replicas (controller/domain/shards.py, controller/kube/shardleases.py, docs/operations.md)
+    shards: int = Field(1, ge=1, le=256, description="Number of shards the boxes and Subscriptions are divided into, each with its own Lease (`<lease>-shard-<i>`, `run --leader-elect <lease>`); every replica runs and serves only the shards whose Lease it holds, about shards/replicas each. 1: no shard Leases at all (one Lease for the whole operator, as without sharding).")
+    shard_by: Literal["hash", "label"] = Field("hash", description="With shards > 1: `hash` puts an object in the shard given by the SHA-256 of `namespace/name`; `label` in the shard named by its shard_label label (an integer 0..shards-1; an object without a valid one is served by no replica).")
+    shard_label: str = Field("agentbox.dev/shard", min_length=1, max_length=317, description="With shard_by=label: the label whose value is an object's shard number.")
+    # --- end sharding
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus metrics port (0 = off).")
 
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import typing
 from typing import Any
 
 import helm_python as helm
@@ -232,6 +233,29 @@ def test_leader_election_values_reach_the_args_and_are_usable():
     assert ElectionTimings(5, 4.5, 1).problem(), "a leader must be gone before a standby may start"
 
 
+def test_shards_reach_the_settings_and_the_lease_role_names_the_shard_leases():
+    """`shards` (default 1: nothing changes) becomes AGENTBOX_SHARDS, the Lease Role grants get/update on
+    exactly the shard Leases and the heartbeat Lease (the names controller/kube/shardleases.py uses), a PDB
+    keeps one replica, and sharding without the Lease election is refused."""
+    from controller.kube.shardleases import lease_names
+
+    default = render()
+    assert "AGENTBOX_SHARDS" not in env_of(default) and Settings.from_env(env_of(default)).shards == 1
+    docs = render({"replicas": 3, "shards": 4, "settings": {"shardBy": "label"}})
+    settings = Settings.from_env(env_of(docs))
+    assert (settings.shards, settings.shard_by, settings.shard_label) == (4, "label", "agentbox.dev/shard")
+    args = build_parser().parse_args(container(docs)["args"])
+    role = next(d for d in by_kind(docs, "Role") if d["metadata"]["name"].endswith("-leader-election"))
+    assert [(r.get("resourceNames"), r["verbs"]) for r in role["rules"]] == [
+        (None, ["create"]), (lease_names(args.leader_elect, 4), ["get", "update"])]
+    assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    with pytest.raises(helm.HelmRenderError, match="shards"):
+        render({"shards": 2, "leaderElection": {"enabled": False}})
+    for bad in ({"shards": 0}, {"shards": 257}, {"settings": {"shardBy": "random"}}):
+        with pytest.raises(helm.HelmValuesError):
+            render(bad)
+
+
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
@@ -240,7 +264,8 @@ def _camel(name: str) -> str:
 # Settings the chart sets from other values: metrics.port / metrics.enabled; the box policy from boxPolicy.*
 # (shared with the admission policy).
 SETTINGS_SET_ELSEWHERE = {"metrics_port", "box_policy", "box_policy_service_accounts", "box_policy_allow_token",
-                          "box_policy_volume_types", "box_policy_secret_names", "box_policy_image_prefixes"}
+                          "box_policy_volume_types", "box_policy_secret_names", "box_policy_image_prefixes",
+                          "shards"}  # shards: the top-level `shards` value
 
 
 def settings_schema() -> dict[str, Any]:
@@ -252,9 +277,11 @@ def settings_schema() -> dict[str, Any]:
         ann = field.annotation
         entry: dict[str, Any] = {"type": "integer" if ann is int else "string" if ann is str else "number",
                                  "description": field.description}
+        if typing.get_origin(ann) is typing.Literal:
+            entry = {"type": "string", "enum": list(typing.get_args(ann)), "description": field.description}
         for meta in field.metadata:
             for attr, key in (("gt", "exclusiveMinimum"), ("ge", "minimum"), ("lt", "exclusiveMaximum"),
-                              ("le", "maximum")):
+                              ("le", "maximum"), ("min_length", "minLength"), ("max_length", "maxLength")):
                 if getattr(meta, attr, None) is not None:
                     entry[key] = getattr(meta, attr)
         if entry["type"] == "string" and name.endswith("_url"):

@@ -114,7 +114,7 @@ def _camel(name: str) -> str:
 def settings_table() -> str:
     """Operator settings: environment variable, chart value, default, meaning."""
     rows = ["| environment variable | chart value | default | meaning |", "|---|---|---|---|"]
-    chart_key = {"metrics_port": "`metrics.port` (0 when `metrics.enabled=false`)",
+    chart_key = {"metrics_port": "`metrics.port` (0 when `metrics.enabled=false`)", "shards": "`shards`",
                  "box_policy": "`boxPolicy.enabled`", "box_policy_service_accounts": "`boxPolicy.allowedServiceAccounts`",
                  "box_policy_allow_token": "`boxPolicy.allowServiceAccountToken`",
                  "box_policy_volume_types": "`boxPolicy.allowedVolumeTypes`",

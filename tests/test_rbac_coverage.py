@@ -281,3 +281,29 @@ async def test_leader_election_rights_are_exactly_what_two_electing_replicas_use
     assert not allowed(Access("coordination.k8s.io", "leases", "update", world.namespace, "another"), added)
     assert not allowed(Access("coordination.k8s.io", "leases", "get", "kube-system", lease), added), \
         "a Role in the release namespace, not a ClusterRole"
+
+
+async def test_sharded_replicas_use_exactly_the_shard_lease_rights(world: World, operator_process):
+    """Two `run --leader-elect` processes with AGENTBOX_SHARDS=2 (the chart's `shards: 2`): they create, read
+    and replace the shard Leases and the heartbeat Lease, and nothing else of `leases`; the chart's Lease Role
+    with `shards: 2` allows each of those requests (the same verbs as the election's, on those names only)."""
+    lease = "agentbox-agentbox-controller"
+    world.settings = world.settings.model_copy(update={"shards": 2})
+    for name in ("replica-a", "replica-b"):
+        operator_process(name, "--leader-elect", lease, "--lease-namespace", world.namespace)
+
+    def lease_accesses() -> set[Access]:
+        return {a for a in operator_accesses(world) if a.group == "coordination.k8s.io"}
+
+    names = {f"{lease}-shard-0", f"{lease}-shard-1", f"{lease}-shards"}
+    await eventually(lambda: {a.name for a in lease_accesses() if a.verb == "update"} >= names, 40,
+                     what="every shard Lease and the heartbeat Lease created, read and replaced")
+    used = lease_accesses()
+    assert {a.name for a in used if a.verb != "create"} == names, "no other Lease is touched"
+    added = grants({"shards": 2}, world.namespace) - grants(NO_ELECTION, world.namespace)
+    assert {(g.group, g.resource, g.verb, g.namespace) for g in added} == {
+        (a.group, a.resource, a.verb, a.namespace) for a in used}, "the Lease Role grants exactly what is used"
+    for acc in used:
+        assert allowed(acc, added), acc
+    assert not allowed(Access("coordination.k8s.io", "leases", "update", world.namespace, lease), added), \
+        "sharded: the election's own Lease is not granted"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+from typing import Any, Callable
 
 import kopf
 
@@ -11,7 +12,7 @@ from controller.handlers.registry import REGISTRY
 
 from controller import constants as C
 from controller import metrics
-from controller.handlers.daemons import existence_check, poster, run_passes
+from controller.handlers.daemons import existence_check, poster, run_passes, run_sharded, served_here
 from controller.events import ObjectRef
 from controller.runtime import Runtime
 from controller.service.boxes import reconcile_box
@@ -19,12 +20,27 @@ from controller.service.status import box_writer, forget_writer
 from controller.service.tabs import BoxWatcher
 
 
-@kopf.on.resume(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
-@kopf.on.create(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
-@kopf.on.update(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", registry=REGISTRY)
+@kopf.on.resume(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", when=served_here(C.AGENTBOX_PLURAL),
+                registry=REGISTRY)
+@kopf.on.create(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", when=served_here(C.AGENTBOX_PLURAL),
+                registry=REGISTRY)
+@kopf.on.update(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="reconcile-box", when=served_here(C.AGENTBOX_PLURAL),
+                registry=REGISTRY)
 async def reconcile(body: kopf.Body, memo: kopf.Memo, reason: Any = None, **_: Any) -> None:
     """Create the box credentials Secret and pod; report status through the box's one status writer (shared
-    with its tab watcher: fields and Ready in one patch, conditions merged by type); wake the tab watcher."""
+    with its tab watcher: fields and Ready in one patch, conditions merged by type); wake the tab watcher.
+    With shards, only in the replica serving the box's shard (`served_here`)."""
+    retry_after, why = await _reconcile(body, memo)
+    if reason == kopf.Reason.UPDATE:  # a human changed the box (not the operator's start)
+        memo.runtime.box_changed(body.metadata.namespace, body.metadata.name)
+    else:
+        memo.runtime.wakeup(body.metadata.namespace, body.metadata.name).set()
+    if retry_after:
+        raise kopf.TemporaryError(why, delay=retry_after)
+
+
+async def _reconcile(body: kopf.Body, memo: kopf.Memo) -> tuple[float | None, str]:
+    """One reconcile of the box: (seconds until it must be retried or None, why)."""
     rt: Runtime = memo.runtime
     outcome = await reconcile_box(dict(body), rt)
     post = poster(memo, body)
@@ -33,12 +49,22 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, reason: Any = None, **_: A
     writer = box_writer(rt, body.metadata.namespace, body.metadata.name)
     writer.seen(body)
     await writer.write(outcome.status, outcome.conditions)
-    if reason == kopf.Reason.UPDATE:  # a human changed the box (not the operator's start)
-        rt.box_changed(body.metadata.namespace, body.metadata.name)
-    else:
-        rt.wakeup(body.metadata.namespace, body.metadata.name).set()
-    if outcome.retry_after:
-        raise kopf.TemporaryError(outcome.events[-1][2] if outcome.events else "retrying", delay=outcome.retry_after)
+    return outcome.retry_after, (outcome.events[-1][2] if outcome.events else "retrying")
+
+
+async def _reconcile_until_done(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
+                                logger: logging.Logger) -> None:
+    """The reconcile of a box whose shard this replica gained (its create or resume handler ran elsewhere,
+    or nowhere while the shard had no holder), retried as kopf would retry the handler."""
+    while not stopped:
+        try:
+            retry_after, _why = await _reconcile(body, memo)
+        except Exception as exc:  # noqa: BLE001 -- logged by type (messages may hold secrets)
+            logger.warning("Reconcile of a gained box failed (%s); retrying", type(exc).__name__)
+            retry_after = memo.runtime.settings.retry_delay_s
+        if not retry_after:
+            return
+        await asyncio.sleep(retry_after)
 
 
 _ASKED = (C.ANNOTATION_RESUME_NOW, C.ANNOTATION_RESUME_AT, C.ANNOTATION_CANCEL_RESUME)
@@ -87,7 +113,27 @@ async def box_pod_changed(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo
 @kopf.daemon(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="watch-tabs", cancellation_timeout=5.0, registry=REGISTRY)
 async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
                      logger: logging.Logger, **_: Any) -> None:
-    """Watch the box's tabs until the box is deleted, sleeping until the next deadline."""
+    """Watch the box's tabs until the box is deleted, sleeping until the next deadline. With shards, only
+    while this replica serves the box's shard (`run_sharded`: it waits for it, stops when it is given back)."""
+    rt: Runtime = memo.runtime
+    if rt.sharding is None:
+        await _watch_tabs(body, memo, stopped, logger)
+        return
+
+    async def serve(gained: bool) -> bool:
+        again = asyncio.ensure_future(_reconcile_until_done(body, memo, stopped, logger)) if gained else None
+        try:
+            return await _watch_tabs(body, memo, stopped, logger, serving=lambda: rt.sharding.serves(
+                C.AGENTBOX_PLURAL, body.metadata.namespace, body.metadata.name, body.metadata.labels))
+        finally:
+            if again is not None:
+                again.cancel()
+    await run_sharded(rt, C.AGENTBOX_PLURAL, body, stopped, logger, "Tab watch", serve)
+
+
+async def _watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: logging.Logger,
+                      serving: Callable[[], bool] | None = None) -> bool:
+    """The tab watcher's passes (True: the box is gone)."""
     rt: Runtime = memo.runtime
     ns, name = body.metadata.namespace, body.metadata.name
 
@@ -96,9 +142,9 @@ async def watch_tabs(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     # which may start before this one ends: what is kept by name is dropped by the newest daemon only.
     rt.daemon_uids[(ns, name)] = body.metadata.uid
     try:
-        await run_passes(lambda: watcher.tick(dict(body)), rt.wakeup(ns, name), stopped,
-                         rt.settings.scan_interval_s, logger, "Tab watch",
-                         existence_check(rt, C.AGENTBOX_PLURAL, ns, name, body.metadata.uid))
+        return await run_passes(lambda: watcher.tick(dict(body)), rt.wakeup(ns, name), stopped,
+                                rt.settings.scan_interval_s, logger, "Tab watch",
+                                existence_check(rt, C.AGENTBOX_PLURAL, ns, name, body.metadata.uid), serving)
     finally:  # what is kept about the box goes first: a cancelled aclose() must not skip it
         if rt.daemon_uids.get((ns, name)) == body.metadata.uid:
             rt.daemon_uids.pop((ns, name), None)

@@ -12,19 +12,24 @@ import kopf
 
 async def run_passes(tick: Callable[[], Awaitable[float]], wake: asyncio.Event, stopped: kopf.DaemonStopped,
                      on_error_delay: float, logger: logging.Logger, what: str,
-                     alive: Callable[[], Awaitable[bool]] | None = None) -> None:
+                     alive: Callable[[], Awaitable[bool]] | None = None,
+                     serving: Callable[[], bool] | None = None) -> bool:
     """Call `tick()` (returns seconds until the next pass) until `stopped`, or until `alive()` says
-    the object is gone (the daemons run without a finalizer, so kopf may not stop them on deletion).
+    the object is gone (the daemons run without a finalizer, so kopf may not stop them on deletion), or
+    (with shards) until `serving()` says this replica no longer serves the object. Returns True when the
+    object is gone.
 
     A failing pass is logged by exception type only (messages may hold secrets) and retried after
     `on_error_delay` seconds; one object's failure never stops the others.
     """
     while not stopped:
+        if serving is not None and not serving():
+            return False
         if alive is not None:
             try:
                 if not await alive():
                     logger.info("%s stopped: the object is gone", what)
-                    return
+                    return True
             except Exception as exc:  # noqa: BLE001 - API unavailable: keep going, check next pass
                 logger.warning("%s: existence check failed (%s)", what, type(exc).__name__)
         # Cleared before the pass, never after it: a wake-up that arrives during the pass (the object
@@ -37,6 +42,7 @@ async def run_passes(tick: Callable[[], Awaitable[float]], wake: asyncio.Event, 
             delay = on_error_delay
         if not stopped and not wake.is_set() and delay > 0:
             await _sleep(wake, stopped, delay)
+    return False
 
 
 async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
@@ -91,3 +97,46 @@ def existence_check(rt: Any, plural: str, namespace: str, name: str, uid: str | 
             presence.confirm(plural, namespace, name, uid)
         return found
     return alive
+
+
+def served_here(plural: str) -> Callable[..., bool]:
+    """A kopf `when=` filter: True unless the operator is sharded (`Runtime.sharding`) and this replica does
+    not serve the object's shard (then kopf calls none of the handler, and writes nothing for it: see
+    `startup.sharded_storages`)."""
+    def when(body: kopf.Body, memo: kopf.Memo, **_: Any) -> bool:
+        sharding = getattr(getattr(memo, "runtime", None), "sharding", None)
+        return sharding is None or sharding.serves(plural, body.metadata.namespace, body.metadata.name,
+                                                   body.metadata.labels)
+    return when
+
+
+async def run_sharded(rt: Any, plural: str, body: kopf.Body, stopped: kopf.DaemonStopped, logger: logging.Logger,
+                      what: str, work: Callable[[bool], Awaitable[bool]]) -> None:
+    """A sharded daemon (`rt.sharding` set): wait until this replica serves the object's shard, run
+    `work(gained)` (returns True when the object is gone; `gained`: the shard came to this replica after the
+    daemon started, so the create/resume handler did not run here) while it does, wait again when the shard
+    is given back (`work` is cancelled then, as a kill would), until the object is gone or the daemon stops."""
+    sharding = rt.sharding
+    ns, name, uid = body.metadata.namespace, body.metadata.name, body.metadata.uid
+
+    def served() -> bool:
+        return bool(sharding.serves(plural, ns, name, body.metadata.labels))
+
+    def gone() -> bool:
+        return rt.presence.alive(plural, ns, name, uid) is False
+
+    first, served_at_start = True, served()
+    while not stopped:
+        if not served():
+            if not await sharding.wait_served(plural, ns, name, lambda: body.metadata.labels, stopped, gone=gone):
+                return
+            logger.info("%s starts: this replica serves shard %s now", what, sharding.shard(plural, ns, name,
+                                                                                            body.metadata.labels))
+        gained = not (first and served_at_start)
+        first = False
+        shard = sharding.shard(plural, ns, name, body.metadata.labels)
+        result = await sharding.serve(plural, ns, name, shard, work(gained))
+        if result is True:
+            return
+        if result is None:
+            logger.info("%s stopped: shard %s was given back", what, shard)

@@ -6,6 +6,8 @@ contract in pyproject.toml); the CLI checks its arguments and the cluster, then 
 
 from __future__ import annotations
 
+from typing import Any
+
 import kopf
 
 from controller.handlers import REGISTRY
@@ -24,7 +26,7 @@ def configure_logging(log_format: str) -> None:
 
 
 def operate(settings: Settings, namespaces: list[str], liveness: str | None,
-            peering: str | None = None, priority: int | None = None) -> None:
+            peering: str | None = None, priority: int | None = None, shard_leases: Any = None) -> None:
     """Run the operator until it is stopped (blocks; kopf's own signal handling).
 
     Args:
@@ -33,8 +35,12 @@ def operate(settings: Settings, namespaces: list[str], liveness: str | None,
         liveness: kopf's liveness endpoint URL (e.g. "http://0.0.0.0:8080/healthz") or None.
         peering: a kopf peering object's name (replicas > 1: only the highest ``priority`` acts), or None
             for a standalone operator.
+        shard_leases: with `settings.shards` > 1, (Lease name prefix, Lease namespace, `ElectionTimings`,
+            this replica's identity): every replica runs and serves the shards whose Lease it holds.
     """
     memo = kopf.Memo(settings=settings)
+    if shard_leases is not None:
+        memo.shard_leases = shard_leases
     if peering is None:
         kopf.run(registry=REGISTRY, standalone=True, clusterwide=not namespaces, namespaces=namespaces,
                  liveness_endpoint=liveness, memo=memo)

@@ -70,6 +70,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
                            events=Recorder(kube, notifier, clock, refresh_s=ops.event_refresh_s,
                                            quiet_s=ops.event_quiet_s))
     memo.reader = reader
+    if ops.shards > 1:
+        await _start_sharding(settings, memo, ops, rest, logger)
     memo.gc_before = heap.tune(ops.gc_gen0_threshold)
     if ops.gc_freeze_period_s > 0:
         memo.gc_task = asyncio.get_running_loop().create_task(
@@ -83,6 +85,76 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     logger.info("agentbox-controller started")
 
 
+async def _start_sharding(settings: kopf.OperatorSettings, memo: kopf.Memo, ops: Settings, rest: Rest,
+                          logger: logging.Logger) -> None:
+    """`shards > 1`: this replica serves the shards whose Lease it holds (`memo.shard_leases`: the Leases'
+    name prefix, namespace, `ElectionTimings` and this replica's identity, from `run --leader-elect`). The
+    first look is taken before any handler runs, so a replica alone serves every shard from its first event;
+    kopf writes its annotations only on the objects this replica serves."""
+    from controller.kube.shardleases import ShardLeases
+    from controller.service.sharding import Sharding
+
+    prefix, namespace, timings, identity = memo.shard_leases
+    sharding = Sharding(ops.shards, ops.shard_by, ops.shard_label)
+    leases = ShardLeases(rest, namespace, prefix, ops.shards, identity, timings, clock=utcnow,
+                         stop_serving=sharding.stop_serving, on_change=sharding.changed,
+                         exit=getattr(memo, "shard_exit", None))
+    sharding.served = lambda: leases.served
+    memo.runtime.sharding = sharding
+    memo.shard_leases_io = leases
+    await leases.look()
+    leases.start_watchdog()
+    memo.shard_stop = asyncio.Event()
+    memo.shard_task = asyncio.get_running_loop().create_task(leases.run(memo.shard_stop))
+    owns = _owner_check(sharding)
+    settings.persistence.progress_storage = _ShardedProgress(owns, prefix=C.GROUP)
+    settings.persistence.diffbase_storage = _ShardedDiffBase(owns, prefix=C.GROUP, key="last-handled-configuration")
+    logger.info("Sharded: %d shards by %s; this replica (%s) serves %s", ops.shards, ops.shard_by, identity,
+                sorted(leases.served))
+
+
+def _owner_check(sharding: Any) -> Any:
+    def owns(body: Any) -> bool:
+        plural = C.AGENTBOX_PLURAL if body.get("kind") == C.AGENTBOX_KIND else C.SUBSCRIPTION_PLURAL
+        meta = body.get("metadata") or {}
+        return bool(sharding.serves(plural, meta.get("namespace", ""), meta.get("name", ""), meta.get("labels")))
+    return owns
+
+
+class _ShardedProgress(kopf.AnnotationsProgressStorage):
+    """kopf's progress annotations, written only on the objects this replica serves (another replica's
+    kopf sees every object too: its skipped handlers must not purge or overwrite the serving one's)."""
+
+    def __init__(self, owns: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._owns = owns
+
+    def store(self, *, body: Any, patch: Any, **kwargs: Any) -> None:
+        if self._owns(body):
+            super().store(body=body, patch=patch, **kwargs)
+
+    def purge(self, *, body: Any, patch: Any, **kwargs: Any) -> None:
+        if self._owns(body):
+            super().purge(body=body, patch=patch, **kwargs)
+
+    def touch(self, *, body: Any, patch: Any, **kwargs: Any) -> None:
+        if self._owns(body):
+            super().touch(body=body, patch=patch, **kwargs)
+
+
+class _ShardedDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's last-handled configuration, written only on the objects this replica serves (a replica
+    skipping an update must not mark it handled for the one that serves it)."""
+
+    def __init__(self, owns: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._owns = owns
+
+    def store(self, *, body: Any, patch: Any, **kwargs: Any) -> None:
+        if self._owns(body):
+            super().store(body=body, patch=patch, **kwargs)
+
+
 @kopf.on.cleanup(registry=REGISTRY)
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     """Close the HTTP sessions: the usage reader's, the Kubernetes API's (REST and exec), the notifier's; put
@@ -90,6 +162,10 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     task = getattr(memo, "gc_task", None)
     if task is not None:
         task.cancel()
+    shard_task = getattr(memo, "shard_task", None)
+    if shard_task is not None:  # stop serving and give the shard Leases back, before the session closes
+        memo.shard_stop.set()
+        await shard_task
     before = getattr(memo, "gc_before", None)
     if before is not None:
         gc.set_threshold(*before)

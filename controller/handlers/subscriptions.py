@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 import kopf
 
@@ -11,24 +11,31 @@ from controller.handlers.registry import REGISTRY
 
 from controller import constants as C
 from controller import metrics
-from controller.handlers.daemons import existence_check, poster, run_passes
+from controller.handlers.daemons import existence_check, poster, run_passes, run_sharded, served_here
 from controller.runtime import Runtime
 from controller.service.status import forget_writer
 from controller.service.subscriptions import SubscriptionReader, validate_subscription, wake_boxes
 
 
-@kopf.on.resume(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription", registry=REGISTRY)
-@kopf.on.create(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription", registry=REGISTRY)
-@kopf.on.update(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription", registry=REGISTRY)
+@kopf.on.resume(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription",
+                when=served_here(C.SUBSCRIPTION_PLURAL), registry=REGISTRY)
+@kopf.on.create(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription",
+                when=served_here(C.SUBSCRIPTION_PLURAL), registry=REGISTRY)
+@kopf.on.update(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="validate-subscription",
+                when=served_here(C.SUBSCRIPTION_PLURAL), registry=REGISTRY)
 async def validate(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Check the Secret and login file; CredentialsValid and the threshold sentence are written by the
-    service through the Subscription's one status writer (never through kopf's patch)."""
-    rt: Runtime = memo.runtime
-    events = await validate_subscription(dict(body), rt)
+    service through the Subscription's one status writer (never through kopf's patch). With shards, only in
+    the replica serving the Subscription's shard (`served_here`)."""
+    await _validate(body, memo)
+    memo.runtime.wakeup(C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name).set()
+
+
+async def _validate(body: kopf.Body, memo: kopf.Memo) -> None:
+    events = await validate_subscription(dict(body), memo.runtime)
     post = poster(memo, body)
     for type_, reason, message in events:
         post(type_, reason, message)
-    rt.wakeup(C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name).set()
 
 
 @kopf.on.event(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="subscription-event", registry=REGISTRY)
@@ -39,7 +46,10 @@ async def subscription_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.M
     rt: Runtime = memo.runtime
     rt.presence.observe(C.SUBSCRIPTION_PLURAL, event.get("type"), event.get("object"))
     if event.get("type") != "DELETED":
+        if rt.sharding is not None:  # its reader may run in another replica: its state change wakes ours
+            _wake_on_state_change(rt, body)
         return
+    _states.pop((body.metadata.namespace, body.metadata.name), None)
     wake = rt.wakeups.get((C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name))
     if wake is not None:
         wake.set()
@@ -47,10 +57,43 @@ async def subscription_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.M
     wake_boxes(rt, body.metadata.namespace, body.metadata.name, (body.get("spec") or {}).get("provider"))
 
 
+_states: dict[tuple[str, str], str | None] = {}
+
+
+def _wake_on_state_change(rt: Runtime, body: kopf.Body) -> None:
+    """With shards: wake this replica's boxes that a change of the Subscription's `status.state` concerns
+    (its usage reader, which wakes them itself, may run in another replica)."""
+    key = (body.metadata.namespace, body.metadata.name)
+    state = (body.get("status") or {}).get("state")
+    if key in _states and _states[key] != state:
+        wake_boxes(rt, key[0], key[1], (body.get("spec") or {}).get("provider"))
+    _states[key] = state
+
+
 @kopf.daemon(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="read-usage", cancellation_timeout=5.0, registry=REGISTRY)
 async def read_usage(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
                      logger: logging.Logger, **_: Any) -> None:
-    """One usage reader per subscription, shared by every box on it."""
+    """One usage reader per subscription, shared by every box on it (with shards: in the one replica serving
+    the Subscription's shard)."""
+    rt: Runtime = memo.runtime
+    if rt.sharding is None:
+        await _read_usage(body, memo, stopped, logger)
+        return
+
+    async def serve(gained: bool) -> bool:
+        if gained:  # its create or resume handler ran elsewhere (or nowhere while the shard had no holder)
+            try:
+                await _validate(body, memo)
+            except Exception as exc:  # noqa: BLE001 -- the reader reports the Secret's problems too
+                logger.warning("Validation of a gained Subscription failed (%s)", type(exc).__name__)
+        return await _read_usage(body, memo, stopped, logger, serving=lambda: rt.sharding.serves(
+            C.SUBSCRIPTION_PLURAL, body.metadata.namespace, body.metadata.name))
+    await run_sharded(rt, C.SUBSCRIPTION_PLURAL, body, stopped, logger, "Usage read", serve)
+
+
+async def _read_usage(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: logging.Logger,
+                      serving: Callable[[], bool] | None = None) -> bool:
+    """The usage reader's passes (True: the Subscription is gone)."""
     rt: Runtime = memo.runtime
     ns, name = body.metadata.namespace, body.metadata.name
 
@@ -58,9 +101,9 @@ async def read_usage(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopp
     key = (C.SUBSCRIPTION_PLURAL + "/" + ns, name)
     rt.daemon_uids[key] = body.metadata.uid  # a re-created Subscription's reader may start before this one ends
     try:
-        await run_passes(lambda: reader.tick(dict(body)), rt.wakeup(*key), stopped,
-                         rt.settings.usage_interval_s, logger, "Usage read",
-                         existence_check(rt, C.SUBSCRIPTION_PLURAL, ns, name, body.metadata.uid))
+        return await run_passes(lambda: reader.tick(dict(body)), rt.wakeup(*key), stopped,
+                                rt.settings.usage_interval_s, logger, "Usage read",
+                                existence_check(rt, C.SUBSCRIPTION_PLURAL, ns, name, body.metadata.uid), serving)
     finally:
         if rt.daemon_uids.get(key) == body.metadata.uid:  # only the newest reader drops the shared wake-up
             rt.daemon_uids.pop(key, None)
