@@ -177,3 +177,66 @@ def test_fair_share_converges_and_a_dead_replica_is_taken_over(total, names):
     assert dead not in cluster.holders and None not in cluster.holders
     assert sorted(cluster.holders.count(n) for n in survivors) == sorted(
         fair_share(n, survivors, total) for n in survivors)
+
+
+def test_sharding_without_a_lease_name_is_refused(monkeypatch):
+    """AGENTBOX_SHARDS > 1 needs `--leader-elect LEASE` (the shard Leases are LEASE-shard-<i>): exit 2 before
+    any request."""
+    from controller.__main__ import main
+
+    monkeypatch.setenv("AGENTBOX_SHARDS", "2")
+    assert main(["run"]) == 2
+    monkeypatch.setenv("AGENTBOX_SHARDS", "0")
+    assert main(["run", "--leader-elect", "ctl"]) == 2  # a bad setting
+
+
+async def test_serving_stops_what_runs_for_a_shard_given_back_and_waits_for_a_shard_gained():
+    """controller/service/sharding.py: `serve` runs a daemon's work while its shard is held, `stop_serving`
+    cancels it and returns once it ended; `wait_served` returns when the shard comes, or False once the
+    object is gone."""
+    import asyncio
+
+    from controller import constants as C
+    from controller.service.sharding import Sharding
+
+    held: set[int] = set()
+    sharding = Sharding(4, served=lambda: held)
+    box = next(f"box-{i}" for i in range(100) if shard_of("ns", f"box-{i}", 4) == 2)
+    assert not sharding.serves(C.AGENTBOX_PLURAL, "ns", box)
+
+    class Flag:
+        def __bool__(self) -> bool:
+            return False
+
+    waiting = asyncio.ensure_future(sharding.wait_served(C.AGENTBOX_PLURAL, "ns", box, lambda: None, Flag()))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    held.add(2)
+    sharding.changed()
+    assert await asyncio.wait_for(waiting, 1) is True
+
+    ended = asyncio.Event()
+
+    async def work() -> bool:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ended.set()
+        return True
+
+    serving = asyncio.ensure_future(sharding.serve(C.AGENTBOX_PLURAL, "ns", box, 2, work()))
+    await asyncio.sleep(0.05)
+    assert await sharding.stop_serving({1, 3}) is True and not ended.is_set(), "other shards: left running"
+    held.discard(2)
+    assert await sharding.stop_serving({2}) is True and ended.is_set()
+    assert await serving is None, "stopped because its shard was given back"
+
+    gone = asyncio.ensure_future(sharding.wait_served(C.AGENTBOX_PLURAL, "ns", box, lambda: None, Flag(),
+                                                      gone=lambda: True))
+    assert await asyncio.wait_for(gone, 1) is False
+
+    async def done_work() -> bool:
+        return True
+
+    held.add(2)
+    assert await sharding.serve(C.AGENTBOX_PLURAL, "ns", box, 2, done_work()) is True
