@@ -560,7 +560,8 @@ async def test_missing_subscription_then_created_recovers(world: World):
     await eventually(lambda: "b-late" in pods(), world.settings.retry_delay_s + 15, what="the box pod after the retry")
     await eventually(lambda: (world.box("b-late").get("status") or {}).get("pod") == "b-late", 10)
     assert world.box("b-late")["status"]["subscription"] == "late"
-    assert any(e["reason"] == "CreatedPod" for e in world.events("b-late"))
+    # the Event is posted after the status write seen above
+    await eventually(lambda: any(e["reason"] == "CreatedPod" for e in world.events("b-late")), 10, what="CreatedPod")
     await eventually(lambda: condition(world.kube.get(C.SUBSCRIPTION_PLURAL, world.namespace, "late"),
                                        C.COND_CREDENTIALS_VALID).get("status") == "True",
                      world.settings.usage_interval_s + 10, what="CredentialsValid True once the Secret exists")
