@@ -121,9 +121,8 @@ def _owner_check(sharding: Any) -> Any:
     return owns
 
 
-class _ShardedProgress(kopf.AnnotationsProgressStorage):
-    """kopf's progress annotations, written only on the objects this replica serves (another replica's
-    kopf sees every object too: its skipped handlers must not purge or overwrite the serving one's)."""
+class _ServedOnly:
+    """A kopf annotations storage that writes only on the objects this replica serves (`owns(body)`)."""
 
     def __init__(self, owns: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -132,6 +131,11 @@ class _ShardedProgress(kopf.AnnotationsProgressStorage):
     def store(self, *, body: Any, patch: Any, **kwargs: Any) -> None:
         if self._owns(body):
             super().store(body=body, patch=patch, **kwargs)
+
+
+class _ShardedProgress(_ServedOnly, kopf.AnnotationsProgressStorage):
+    """kopf's progress annotations, written only on the objects this replica serves (another replica's
+    kopf sees every object too: its skipped handlers must not purge or overwrite the serving one's)."""
 
     def purge(self, *, body: Any, patch: Any, **kwargs: Any) -> None:
         if self._owns(body):
@@ -142,17 +146,9 @@ class _ShardedProgress(kopf.AnnotationsProgressStorage):
             super().touch(body=body, patch=patch, **kwargs)
 
 
-class _ShardedDiffBase(kopf.AnnotationsDiffBaseStorage):
+class _ShardedDiffBase(_ServedOnly, kopf.AnnotationsDiffBaseStorage):
     """kopf's last-handled configuration, written only on the objects this replica serves (a replica
     skipping an update must not mark it handled for the one that serves it)."""
-
-    def __init__(self, owns: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._owns = owns
-
-    def store(self, *, body: Any, patch: Any, **kwargs: Any) -> None:
-        if self._owns(body):
-            super().store(body=body, patch=patch, **kwargs)
 
 
 @kopf.on.cleanup(registry=REGISTRY)

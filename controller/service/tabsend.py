@@ -60,23 +60,17 @@ class TabSender:
         changes = getattr(rt, "box_changes", None)
         self._changes = changes.get((namespace, name), 0) if isinstance(changes, dict) else 0  # at the pass's start
 
-    async def press(self, pane: str, keys: tuple[str, ...]) -> None:
-        """Press keys in order, with the send pause between two."""
+    async def press(self, pane: str, keys: tuple[str, ...],
+                    gone: Callable[[], Awaitable[bool]] | None = None) -> None:
+        """Press keys in order, with the send pause between two. With `gone` (the agent's shell is in the
+        foreground), press no more once it is: a restarted controller completing an Interrupt step left half
+        done (Codex had one Ctrl-C of two before the crash) stops Codex with the first key, and a second would
+        reach its shell, whose SIGINT can discard the relaunch typed 0.2 s later (the agent left dead at the
+        shell; field-pitfalls section 7)."""
         for i, key in enumerate(keys):
             if i:
                 await asyncio.sleep(self.rt.settings.send_pause_s)
-            await self.term.press(pane, key)
-
-    async def interrupt(self, pane: str, keys: tuple[str, ...], gone: Callable[[], Awaitable[bool]]) -> None:
-        """Press the interrupt keys in order, the send pause between two, and press no more once the agent is
-        gone (`gone`: its shell is in the foreground). A restarted controller completing an Interrupt step
-        left half done (Codex had one Ctrl-C of two before the crash) stops Codex with the first key: the
-        second would reach its shell, whose SIGINT can discard the relaunch typed 0.2 s later (the agent
-        left dead at the shell; field-pitfalls section 7)."""
-        for i, key in enumerate(keys):
-            if i:
-                await asyncio.sleep(self.rt.settings.send_pause_s)
-                if await gone():
+                if gone is not None and await gone():
                     return
             await self.term.press(pane, key)
 
@@ -259,7 +253,7 @@ class TabSender:
                 # their SIGINT after reading the relaunch typed behind them (the relaunch was discarded, the agent
                 # left dead at the shell).
                 if not await at_shell() or await self.screen_ready(pane):
-                    await self.interrupt(pane, keys, at_shell)
+                    await self.press(pane, keys, gone=at_shell)
                 if not await term.wait_until(at_shell, s.restart_timeout_s):
                     return outcome(False, step, restarted)
             elif step == Step.RELAUNCH:
