@@ -13,8 +13,10 @@ Spec (JSON object):
   ``argv`` (list; ``argv[0]`` looked up on the container's ``PATH``);
 * ``read_only_root`` (``run`` only, optional): remount this namespace's ``/`` read-only (the mounts keep
   their own flags), for ``readOnlyRootFilesystem``;
-* ``ready_fd`` (``run`` only, optional): an inherited fd; the namespace id (``mnt:[N]``) is written to it
-  and it is closed once the mounts are in place, before the user switch.
+* ``ready_fd`` (``run`` only, optional): an inherited Unix socket; once the mounts are in place, before the
+  user switch, the namespace id (``mnt:[N]``) is sent on it with an open fd of the namespace (SCM_RIGHTS),
+  and it is closed. The kubelet holds that fd while it tracks the container: a namespace's id is reused
+  by the next namespace the kernel creates once the last reference goes.
 
 Exit codes when the command cannot be started are those of a container runtime: 127 not found,
 126 not executable, 128 for namespace or mount failures (message on stderr).
@@ -26,6 +28,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import socket
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -70,9 +73,13 @@ def enter(spec: dict) -> None:
         if spec.get("read_only_root"):  # readOnlyRootFilesystem: this namespace's "/" only
             _mount(None, "/", MS_BIND | MS_REMOUNT | MS_RDONLY)
         fd = spec.get("ready_fd")
-        if fd is not None:
-            os.write(fd, os.readlink("/proc/self/ns/mnt").encode())
-            os.close(fd)
+        if fd is not None:  # the namespace's id and an fd of it (which pins it) to the kubelet
+            ns = os.open("/proc/self/ns/mnt", os.O_RDONLY)
+            try:
+                with socket.socket(fileno=int(fd)) as sock:
+                    socket.send_fds(sock, [os.readlink("/proc/self/ns/mnt").encode()], [ns])
+            finally:
+                os.close(ns)
     else:
         fd = os.open(f"/proc/{int(spec['pid'])}/ns/mnt", os.O_RDONLY)
         try:

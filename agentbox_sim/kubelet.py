@@ -28,6 +28,8 @@ What it models (and tests rely on):
   (Pending until a container started; Running while one runs or restarts; Succeeded/Failed when all
   ended for good) and the ``Ready``/``ContainersReady`` conditions (no probes: ready = running).
   When a container ends, every process left in its mount namespace is killed (its tmux server too).
+  The namespace is pinned (an open fd) while the container is tracked: the kernel hands a freed
+  namespace's id to the next one created, and the cleanup matches processes by that id.
 * **Exec** (:class:`KubeletExec`): runs in the container's mount namespace, as its user, with its
   environment and working directory; a container that is not running answers 400.
 
@@ -56,6 +58,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -309,6 +312,7 @@ class _Container:
     done: bool = False          # ended for good (restart policy)
     pid: int | None = None      # main process while running
     ns_id: str | None = None    # its mount namespace ("mnt:[N]") while running
+    ns_fd: int | None = None    # an open fd of that namespace: pins it, so its id is not reused meanwhile
     uid: int = 0
     gid: int = 0
     groups: list[int] = dataclasses.field(default_factory=list)
@@ -498,26 +502,38 @@ class Kubelet:
                               argv: list[str]) -> tuple[int, str, str]:
         logs = self.pod_dir(st.namespace, st.name) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        ready_r, ready_w = os.pipe()
+        # The namespace comes back as an fd over a socket (SCM_RIGHTS): held open, it keeps the namespace
+        # alive until the container is cleaned up. A freed namespace's inode is reused by the next one the
+        # kernel creates, so without the pin the cleanup of one container (processes matched by "mnt:[N]")
+        # could kill another's (another pod's, or another kubelet's on the same host).
+        ready_r, ready_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         cspec = next((c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == ctr.name), {})
         spec = {"mode": "run", "mounts": self._mounts(pod, ctr.name, ctr.image), "uid": ctr.uid,
                 "gid": ctr.gid, "groups": ctr.groups, "cwd": ctr.cwd, "env": ctr.env, "argv": argv,
-                "ready_fd": ready_w,
+                "ready_fd": ready_w.fileno(),
                 "read_only_root": bool((cspec.get("securityContext") or {}).get("readOnlyRootFilesystem"))}
         ctr.container_id = "emulated://" + uuid.uuid4().hex
         started = _now()
         with open(logs / f"{ctr.name}.log", "ab") as log:
             proc = await asyncio.create_subprocess_exec(
                 *_INIT, json.dumps(spec), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-                cwd=str(REPO_ROOT), pass_fds=(ready_w,), start_new_session=True)
-        os.close(ready_w)
+                cwd=str(REPO_ROOT), pass_fds=(ready_w.fileno(),), start_new_session=True)
+        ready_w.close()
         try:
-            ns_id = (await asyncio.to_thread(os.read, ready_r, 100)).decode()
+            msg, fds, _flags, _addr = await asyncio.to_thread(socket.recv_fds, ready_r, 100, 1)
         finally:
-            os.close(ready_r)
+            ready_r.close()
+        ns_id, ns_fd = msg.decode(), (fds[0] if fds else None)
+        for extra in fds[1:]:
+            os.close(extra)
+        if ns_fd is not None:
+            os.set_inheritable(ns_fd, False)
+        if not ns_id and ns_fd is not None:
+            os.close(ns_fd)
+            ns_fd = None
         try:
             if ns_id:
-                ctr.pid, ctr.ns_id = proc.pid, ns_id
+                ctr.pid, ctr.ns_id, ctr.ns_fd = proc.pid, ns_id, ns_fd
                 ctr.started_once = True
                 ctr.state = {"running": {"startedAt": started}}
                 await self._write_status(st)
@@ -788,7 +804,9 @@ class Kubelet:
             if time.monotonic() > deadline:
                 sig = signal.SIGKILL
             await asyncio.sleep(0.05)
-        ctr.ns_id = None
+        if ctr.ns_fd is not None:
+            os.close(ctr.ns_fd)
+        ctr.ns_id = ctr.ns_fd = None
         ctr.pid = None
 
     # ------------------------------------------------------------------ exec

@@ -7,7 +7,10 @@ import asyncio
 import base64
 import os
 import pathlib
+import signal
 import stat
+import subprocess
+import time
 
 import pytest
 import pytest_asyncio
@@ -15,7 +18,7 @@ import yaml
 
 from controller.kube.objects import make_box_secret, make_pod
 from agentbox_sim.kube import KubeEmulator, LocalExec
-from agentbox_sim.kubelet import (ImageConfig, Kubelet, KubeletExec, REPO_ROOT, example_box_image,
+from agentbox_sim.kubelet import (ImageConfig, Kubelet, KubeletExec, REPO_ROOT, _pids_in_namespace, example_box_image,
                                     image_from_dockerfile, kubelet_unavailable, scripted_agent, write_projection)
 from agentbox_sim.world import claude_login
 
@@ -164,11 +167,38 @@ async def test_deleting_the_pod_kills_every_process_of_its_containers(kube, kube
     await kube.create_object("v1/pods", _pod("bg", {"command": ["sh", "-c", "setsid sleep 600 & exec sleep 600"]}))
     await wait_pod(kube, "bg", lambda o: o["status"]["phase"] == "Running")
     ns_id = kubelet.pods[("default", "bg")].containers["c"].ns_id
-    from agentbox_sim.kubelet import _pids_in_namespace
     await kube.wait_until(lambda: len(_pids_in_namespace(ns_id)) >= 2, timeout=5)
     await kube.delete_object("v1/pods", "default", "bg")
     await kube.wait_until(lambda: ("default", "bg") not in kubelet.pods, timeout=5)
     assert _pids_in_namespace(ns_id) == []
+
+
+@NEEDS_ROOT
+async def test_a_namespace_freed_under_a_tracked_container_is_not_reused_and_killed_with_it(kube, kubelet):
+    """The kernel gives a freed mount namespace's id to the next namespace created (lowest free inode).
+    The kubelet matches a container's processes by that id when it cleans the container up, so it pins the
+    namespace (an open fd) while it tracks the container: a namespace created by anyone meanwhile gets
+    another id and its processes survive that cleanup."""
+    await kube.create_object("v1/pods", _pod("gone", {"command": ["sleep", "600"]}))
+    await wait_pod(kube, "gone", lambda o: o["status"]["phase"] == "Running")
+    ctr = kubelet.pods[("default", "gone")].containers["c"]
+    ns_id, pid = ctr.ns_id, ctr.pid
+    # Synchronously (the kubelet runs on this event loop and cannot react in between): the container's
+    # only process dies, then a bystander gets a new namespace of its own.
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while _pids_in_namespace(ns_id) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    bystander = subprocess.Popen(["unshare", "-m", "sleep", "60"], start_new_session=True)
+    try:
+        time.sleep(0.2)
+        assert os.readlink(f"/proc/{bystander.pid}/ns/mnt") != ns_id  # the pinned id was not handed out
+        await wait_pod(kube, "gone", lambda o: ctr_status(o).get("restartCount", 0) >= 1
+                       and "running" in ctr_status(o)["state"])
+        assert bystander.poll() is None  # the cleanup of "gone" left the bystander running
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 # ---------------------------------------------------------------------------------------------- example box
