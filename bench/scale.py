@@ -95,10 +95,13 @@ class EnterTap:
 
     def __init__(self) -> None:
         self.at: dict[str, float] = {}
+        self.typed: dict[str, float] = {}  # the continue's text line (`send-keys -l`), first per pod
 
     def applies(self, pod: str, argv: list[str]) -> bool:
         if "send-keys" in argv and "Enter" in argv and "-l" not in argv:
             self.at.setdefault(pod, time.time())
+        elif "send-keys" in argv and "-l" in argv:
+            self.typed.setdefault(pod, time.time())
         return False
 
 
@@ -236,6 +239,22 @@ def burst_requests(world: World, span: tuple[int, int] | None, tabs: int, passes
     return {"requests_per_tab": round(len(mine) / tabs, 2),
             "passes_per_tab": round(passes / tabs, 2) if passes is not None else None,
             "status_writes_per_tab": round(writes / tabs, 2)}
+
+
+def enter_writes(world: World, tap: EnterTap, reset_of: dict[str, float], margin: float) -> dict[float, list[float]]:
+    """Per reset instant: each box's last status PATCH that reached the API server after its text's line and
+    before its Enter's (the Enter step's write-ahead), its arrival - (reset + margin), seconds."""
+    last: dict[str, float] = {}
+    for e in world.kube.journal:
+        if e.method != "PATCH" or not e.path.endswith("/status") or "/agentboxes/" not in e.path:
+            continue
+        box = e.path.rsplit("/", 2)[-2]
+        if box in tap.typed and box in tap.at and tap.typed[box] <= e.at <= tap.at[box]:
+            last[box] = e.at
+    out: dict[float, list[float]] = {}
+    for box, at in last.items():
+        out.setdefault(reset_of[box], []).append(at - reset_of[box] - margin)
+    return out
 
 
 def start_profiler(path: str | None, pid: int) -> subprocess.Popen | None:
@@ -412,14 +431,18 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
         journal_span: dict[float, tuple[int, int]] = {}  # API journal indexes of the window
         passes_at: dict[float, float] = {}
         passes_used: dict[float, float] = {}
+        profiled = False
+        emu_profiler = None
         while time.time() < end and waiting:
             for r in sorted(waiting):
                 if r not in cpu_at and time.time() >= r + settings.resume_margin_s - 0.5:
                     cpu_at[r], emu_at[r], wall_at[r] = cpu_s(), time.process_time(), time.time()
                     journal_at[r] = len(world.kube.journal)
                     passes_at[r] = await asyncio.to_thread(scraped_passes, metrics_port)
-                    if args.profile_deadline and r == resets[0]:
-                        profiler = start_profiler(args.profile, pid)
+                if args.profile_deadline and r == resets[0] and profiler is None and not profiled and \
+                        time.time() >= r + settings.resume_margin_s - args.profile_lead:
+                    profiler, profiled = start_profiler(args.profile, pid), True
+                    emu_profiler = start_profiler(args.profile_emulator, os.getpid())
                 if r in cpu_at and arrived(r):
                     cpu_used[r] = cpu_s() - cpu_at[r]
                     emu_used[r] = time.process_time() - emu_at[r]
@@ -429,7 +452,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
                     waiting.discard(r)
                     if args.profile_deadline and r == resets[0]:
                         stop_profiler(profiler)
-                        profiler = None
+                        stop_profiler(emu_profiler)
+                        profiler = emu_profiler = None
             await asyncio.sleep(0.1)
         await asyncio.sleep(3)
         lags, early, missing, wrong = [], 0, 0, 0
@@ -445,6 +469,9 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
             lags.append(t - reset_of[box] - settings.resume_margin_s)
             lags_of[reset_of[box]].append(lags[-1])
         sent = {r: [tap.at[b] - r - settings.resume_margin_s for b in m if b in tap.at] for r, m in members.items()}
+        typed = {r: [tap.typed[b] - r - settings.resume_margin_s for b in m if b in tap.typed]
+                 for r, m in members.items()}
+        written = enter_writes(world, tap, reset_of, settings.resume_margin_s)
         sent_all = [x for v in sent.values() for x in v]
         c2 = cpu_s()
         stop_profiler(profiler)
@@ -480,6 +507,11 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
                 {"tabs": len(members[r]), "resumed": len(v),
                  "p50_s": _r(pct(v, 50)), "p99_s": _r(pct(v, 99)), "max_s": _r(max(v) if v else None),
                  "enter_sent_p99_s": _r(pct(sent[r], 99)),
+                 # the text's line and the Enter step's write-ahead (the box's last status PATCH before its
+                 # Enter) at the API server, - the deadline (negative: before it)
+                 "typed_p50_s": _r(pct(typed[r], 50)), "typed_max_s": _r(max(typed[r]) if typed[r] else None),
+                 "enter_write_p50_s": _r(pct(written.get(r, []), 50)),
+                 "enter_write_p99_s": _r(pct(written.get(r, []), 99)),
                  "window_s": _r(wall_used.get(r)), "cpu_s": _r(cpu_used.get(r)),
                  "cpu_ms_per_tab": _r(cpu_used[r] * 1000 / len(members[r])) if r in cpu_used else None,
                  **burst_requests(world, journal_span.get(r), len(members[r]), passes_used.get(r)),
@@ -530,6 +562,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="py-spy (pip install py-spy) samples the bursts; collapsed stacks to FILE")
     p.add_argument("--profile-deadline", action="store_true",
                    help="profile only the first burst, from its deadline (reset + margin) to its last resume")
+    p.add_argument("--profile-emulator", metavar="FILE",
+                   help="with --profile-deadline: also sample this process (the emulators) in the same window")
+    p.add_argument("--profile-lead", type=float, default=0.5,
+                   help="with --profile-deadline: start this many seconds before the first burst's deadline "
+                        "(default 0.5; the armed text is typed send pause + write budget before it)")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     if not 1 <= args.subscriptions <= args.boxes:

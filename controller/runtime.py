@@ -8,6 +8,7 @@ from typing import Any
 
 from controller.events import EventFn, ObjectRef, Recorder
 from controller.kube.objects import Kube
+from controller.service.armed import ArmedInstants
 from controller.service.loginload import SharedLogins
 from controller.service.podcache import WatchedPods
 from controller.service.presence import Presence
@@ -54,6 +55,8 @@ class Runtime:
             an older daemon of a deleted box of the same name that ends after the re-created box's started.
         sharding: with `settings.shards` > 1, which objects this replica serves
             (`controller.service.sharding.Sharding`); None otherwise (every object is served).
+        armed: the armed continues of this process by instant, whose write budget grows with them
+            (`controller.service.armed.ArmedInstants`, made from `settings`).
     """
 
     settings: Settings
@@ -74,8 +77,11 @@ class Runtime:
     pods: WatchedPods = field(default_factory=WatchedPods)
     presence: Presence = field(default_factory=Presence)
     sharding: Any = None
+    armed: ArmedInstants = field(default=None)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        if self.armed is None:
+            self.armed = ArmedInstants.from_settings(self.settings)
         if self.events is None:
             self.events = Recorder(None, self.notifier, self.clock)
         self.presence.recheck_s = self.settings.existence_recheck_s

@@ -4,7 +4,9 @@ ahead through the executor (:class:`controller.service.executor.Executor`). It d
 relaunch argv and the screen test come from the agent adapter, what to send and when from the decision.
 
 An armed continue (`SendContinue.not_before`, a journal's `not_before`) waits: its text is typed at
-`not_before` minus the send pause and `settings.resume_write_budget_s` (the Enter step's status write), and
+`not_before` minus the send pause and the write budget (the Enter step's status write: at least
+`settings.resume_write_budget_s`, more with the continues armed for the same instant in this process,
+`controller.service.armed`), and
 Enter is pressed at `max(not_before, typed + send pause)`, never before `not_before`. A human's change of the
 box while it waits to type (`Runtime.box_changes`: the box's spec or a resume annotation changed, its pod went,
 the box was deleted) cancels it: nothing is typed and the next pass decides again; other wake-ups are kept for
@@ -86,50 +88,67 @@ class TabSender:
                 return
             await asyncio.sleep(left + 0.0005)
 
-    async def _armed_wait(self, at: datetime | None) -> bool:
-        """Wait until `at` (UTC) as `_until`, unless a human changes the box meanwhile (`Runtime.box_changes`
-        moved since this executor's pass began: its spec or a resume annotation changed, its pod went, the box
-        was deleted): then return True at once, and the armed send types nothing (the decision it performs is
-        stale; the next pass, which the change's wake-up starts at once, decides again). Other wake-ups (a
-        screen or the stream on the live stream, a Subscription) do not cancel it; they are kept for the next
-        pass. `at` None (nothing to wait for): False at once."""
-        if at is None:
+    async def _armed_wait(self, not_before: datetime | None) -> bool:
+        """Wait until the text of a continue armed for `not_before` (UTC) is to be typed (`type_at`, again each
+        time the write budget of that instant moves: more continues were armed for it), unless a human changes
+        the box meanwhile (`Runtime.box_changes` moved since this executor's pass began: its spec or a resume
+        annotation changed, its pod went, the box was deleted): then return True at once, and the armed send
+        types nothing (the decision it performs is stale; the next pass, which the change's wake-up starts at
+        once, decides again). Other wake-ups (a screen or the stream on the live stream, a Subscription) do not
+        cancel it; they are kept for the next pass. `not_before` None (nothing to wait for): False at once."""
+        if not_before is None:
             return False
         wakeups, changes = getattr(self.rt, "wakeups", None), getattr(self.rt, "box_changes", None)
+        armed = self._armed()
         key = (self.namespace, self.name)
         wake = wakeups.get(key) if isinstance(wakeups, dict) else None
         if wake is None or not isinstance(changes, dict):
-            await self._until(at)
+            await self._until(self.type_at(not_before))
             return False
         woken = False
         try:
-            for _ in range(1000):  # each round ends at `at` or at a wake-up (bounded: never a busy loop)
+            for _ in range(1000):  # each round ends at the instant, a wake-up or a budget move (never busy)
                 if changes.get(key, 0) != self._changes:
                     return True
-                left = (at - self.rt.clock()).total_seconds()
+                left = (self.type_at(not_before) - self.rt.clock()).total_seconds()  # type: ignore[operator]
                 if left <= 0:
                     return False
                 if wake.is_set():
                     woken = True
                     wake.clear()
-                waiter = asyncio.ensure_future(wake.wait())
+                waiters = {asyncio.ensure_future(wake.wait())}
+                if armed is not None:
+                    waiters.add(asyncio.ensure_future(armed.moved(not_before).wait()))
                 try:
-                    await asyncio.wait({waiter}, timeout=left + 0.0005)
+                    await asyncio.wait(waiters, timeout=left + 0.0005, return_when=asyncio.FIRST_COMPLETED)
                 finally:
-                    waiter.cancel()
-            await self._until(at)
+                    for waiter in waiters:
+                        waiter.cancel()
+            await self._until(self.type_at(not_before))
             return changes.get(key, 0) != self._changes
         finally:
             if woken or wake.is_set():
                 wake.set()  # kept for the next pass
 
+    def _armed(self) -> Any:
+        """The runtime's armed instants (`controller.service.armed.ArmedInstants`), None without one."""
+        return getattr(self.rt, "armed", None)
+
+    def arm(self, not_before: datetime | None) -> None:
+        """Count one more continue armed for `not_before` in this process (its write budget grows with them)."""
+        armed = self._armed()
+        if armed is not None and not_before is not None:
+            armed.join(not_before, self.rt.clock())
+
     def type_at(self, not_before: datetime | None) -> datetime | None:
-        """When an armed continue's text is typed: `not_before` minus the send pause and the budget of the
-        Enter step's status write, so that Enter can be pressed at `not_before`."""
+        """When an armed continue's text is typed: `not_before` minus the send pause and the write budget of
+        that instant (the Enter step's status write; it grows with the continues armed for the same instant,
+        `controller.service.armed`), so that Enter can be pressed at `not_before`."""
         if not_before is None:
             return None
-        lead = self.term.send_pause_s + self.rt.settings.resume_write_budget_s
-        return not_before - timedelta(seconds=lead)
+        armed = self._armed()
+        budget = armed.budget_s(not_before) if armed is not None else self.rt.settings.resume_write_budget_s
+        return not_before - timedelta(seconds=self.term.send_pause_s + budget)
 
     async def continue_batch(self, action: SendContinue) -> tuple[Performed, ...]:
         """Type the text into several panes in one tmux call, write the journals' Enter step ahead, pause,
@@ -143,7 +162,8 @@ class TabSender:
         names = [name for name, _ in action.tabs]
         panes = dict(action.tabs)
         changed: set[str] = set()
-        if await self._armed_wait(self.type_at(action.not_before)):
+        self.arm(action.not_before)
+        if await self._armed_wait(action.not_before):
             changed = set(names)  # the box changed while the send waited: nothing is typed
         elif action.expect:
             screens = await term.capture_all([self.tabs[name] for name in names])
@@ -230,11 +250,12 @@ class TabSender:
             return not await at_shell() and await self.screen_ready(pane)
 
         steps = journal.remaining()
+        if Step.TYPE in steps:
+            self.arm(not_before)  # its Enter step is written between the typing and the Enter
         if expect:
             # The first key's instant: an armed text (or its Enter, the text typed before a restart) is checked
             # when the text would be typed; a restart's first key runs at once.
-            if await self._armed_wait(self.type_at(not_before) if steps and steps[0] in (Step.TYPE, Step.ENTER)
-                                      else None):
+            if await self._armed_wait(not_before if steps and steps[0] in (Step.TYPE, Step.ENTER) else None):
                 return Performed(tab, False, self.rt.clock(), None, False, text, argv, keys, screen_changed=True)
             # The screen as the decision saw it (`capture_all`, the stream's cache when nothing was printed);
             # a tab the pass did not read is never comparable: nothing is sent.

@@ -24,7 +24,7 @@ again. When a resume is due the handler re-reads the subscription's usage and as
   passed.
 
 Where: `.record` (phases, `TabRecord`, `TabPlan`, the limit identity), `.plan` (`plan_tab`, `stall_plan`),
-`.verdict` (`usage_verdict`, `after_usage`), `.timing` (`ResumeConfig`, `prepare_at`, `next_pass_in`),
+`.verdict` (`usage_verdict`, `after_usage`), `.timing` (`ResumeConfig`, `prepare_at`, `next_pass_in`, `write_budget_s`),
 `.journal` (the write-ahead journal and `recovery_step`). Import from `controller.domain.resume`.
 """
 
@@ -43,7 +43,8 @@ from controller.domain.resume.journal import (
 )
 from controller.domain.resume.plan import plan_tab, stall_plan
 from controller.domain.resume.record import Action, Phase, TabPlan, TabRecord, first_reading, limit_key
-from controller.domain.resume.timing import PREPARE_AFTER_RESET_S, ResumeConfig, next_pass_in, prepare_at
+from controller.domain.resume.timing import (PREPARE_AFTER_RESET_S, ResumeConfig, next_pass_in, prepare_at,
+                                            write_budget_s)
 from controller.domain.resume.verdict import UsageVerdict, after_usage, unknown_reset_plan, usage_verdict
 
 __all__ = [
@@ -72,4 +73,5 @@ __all__ = [
     "start_journal",
     "unknown_reset_plan",
     "usage_verdict",
+    "write_budget_s",
 ]

@@ -1,8 +1,10 @@
 """When resume planning acts: its tunables (`ResumeConfig`), the instant the usage is re-read before a
-resume (`prepare_at`) and the delay to the watcher's next pass (`next_pass_in`). Pure."""
+resume (`prepare_at`), the delay to the watcher's next pass (`next_pass_in`) and the write budget of the armed
+continues due at one instant (`write_budget_s`). Pure."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Iterable
@@ -80,3 +82,23 @@ def next_pass_in(wakes: Iterable[datetime | None], now: datetime, scan_interval_
         ahead = (at - now).total_seconds()
         delay = min(delay, ahead if ahead > 0 else floor)
     return delay
+
+
+WRITE_BUDGET_STEP_S = 0.25
+"""The write budget grows in steps of this many seconds (`write_budget_s`): the armed sends already waiting
+for an instant are told again only when it moves by a step, not at every send armed after them."""
+
+
+def write_budget_s(sends: int, base_s: float, per_send_s: float, max_s: float) -> float:
+    """Seconds budgeted between the typing of an armed continue's text (after the send pause) and its Enter,
+    for the status writes of the Enter steps of `sends` armed continues due at the same instant in this
+    process (each a write to the API server, all in that window).
+
+    Rule: `sends * per_send_s` rounded up to a `WRITE_BUDGET_STEP_S` step, never less than `base_s` and never
+    more than `max(base_s, max_s)` (the text waits in the prompt at most that plus the send pause). With the
+    defaults (2 s, 8 ms, 6 s): up to 250 sends 2 s, 500 sends 4 s, 750 and more 6 s.
+    """
+    if sends <= 0 or per_send_s <= 0:
+        return base_s
+    grown = WRITE_BUDGET_STEP_S * math.ceil(round(sends * per_send_s / WRITE_BUDGET_STEP_S, 6))
+    return max(base_s, min(grown, max_s))

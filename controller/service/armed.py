@@ -1,0 +1,75 @@
+"""The armed continues of this process by their instant, for a write budget that grows with them.
+
+An armed continue types its text `send_pause_s` + the write budget before its instant and writes its Enter step
+to status in between (`controller.service.tabsend`). Continues armed for the same instant (every box of the
+subscriptions that reset at one minute) write in the same window, so the budget of an instant grows with the
+continues armed for it here (`controller.domain.resume.write_budget_s`). Each armed continue joins its instant
+when it starts to wait; when the budget moves (by a step), the continues already waiting are told once
+(`moved`), not at every join, so 500 joins cost a few wake-ups each, not 500.
+
+Touches nothing outside itself: counts and asyncio Events, the instants passed in (UTC).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Callable
+
+from controller.domain.resume import write_budget_s
+
+KEEP_S = 60.0
+"""An instant is forgotten this many seconds after it passed (at the next join of another instant)."""
+
+
+class ArmedInstants:
+    """Counts of the armed continues of this process per instant, and each instant's write budget.
+
+    Args:
+        budget: sends -> seconds (`write_budget_s` with the operator's settings).
+    """
+
+    def __init__(self, budget: Callable[[int], float]) -> None:
+        self.budget = budget
+        self._count: dict[datetime, int] = {}
+        self._moved: dict[datetime, asyncio.Event] = {}
+
+    @classmethod
+    def from_settings(cls, settings: object) -> "ArmedInstants":
+        """With `resume_write_budget_s`, `resume_write_budget_per_send_s` and `resume_write_budget_max_s`
+        (seconds) of the operator settings, read at each call (a test may change them)."""
+        def budget(sends: int) -> float:
+            return write_budget_s(sends, float(getattr(settings, "resume_write_budget_s")),
+                                  float(getattr(settings, "resume_write_budget_per_send_s", 0.0)),
+                                  float(getattr(settings, "resume_write_budget_max_s", 0.0)))
+        return cls(budget)
+
+    def join(self, instant: datetime, now: datetime) -> None:
+        """One more continue armed for `instant` (UTC); `now` (UTC) forgets the instants passed `KEEP_S` ago.
+        The continues already waiting for `instant` are told (`moved`) when its budget changed."""
+        for old in [t for t in self._count if t < now - timedelta(seconds=KEEP_S)]:
+            self._count.pop(old, None)
+            event = self._moved.pop(old, None)
+            if event is not None:
+                event.set()
+        before = self.budget_s(instant)
+        self._count[instant] = self._count.get(instant, 0) + 1
+        if self.budget_s(instant) != before:
+            event = self._moved.pop(instant, None)
+            if event is not None:
+                event.set()
+
+    def sends(self, instant: datetime) -> int:
+        """The continues armed for `instant` so far."""
+        return self._count.get(instant, 0)
+
+    def budget_s(self, instant: datetime) -> float:
+        """The write budget of `instant`, seconds (the least one when nothing joined it)."""
+        return self.budget(self._count.get(instant, 0))
+
+    def moved(self, instant: datetime) -> asyncio.Event:
+        """An Event set once the budget of `instant` changes (a new one after that)."""
+        event = self._moved.get(instant)
+        if event is None:
+            event = self._moved[instant] = asyncio.Event()
+        return event
