@@ -77,10 +77,14 @@ async def box_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_:
     exists or is gone (`Runtime.presence`: the tab watcher's existence check needs no GET), and wakes its tab
     watcher when it was deleted (no finalizer holds it: the watcher sees it gone and stops) or a human set or
     changed a resume annotation (resume-now, resume-at, cancel-resume: on the live stream nothing else would
-    wake it, kopf calls no update handler for annotations). Only records and wakes."""
+    wake it, kopf calls no update handler for annotations). With shards by label, a box relabelled out of the
+    shard its tab watcher runs for here has that watcher stopped at once (`Sharding.relabeled`). Only records,
+    wakes and stops."""
     rt: Runtime = memo.runtime
     rt.presence.observe(C.AGENTBOX_PLURAL, event.get("type"), event.get("object"))
     key = (body.metadata.namespace, body.metadata.name)
+    if rt.sharding is not None and rt.sharding.by == "label":  # relabelled to another shard: stop here at once
+        rt.sharding.relabeled(C.AGENTBOX_PLURAL, *key, body.metadata.labels)
     if event.get("type") == "DELETED":
         _asked.pop(key, None)
         forget_writer(rt, C.AGENTBOX_PLURAL, *key)

@@ -93,6 +93,19 @@ class Sharding:
             return None
         return task.result()
 
+    def relabeled(self, plural: str, namespace: str, name: str, labels: Mapping[str, str] | None) -> bool:
+        """The object's labels as its watch delivered them (label mode): when they put it in another shard than
+        the one its work runs for here, cancel that work now (as `stop_serving` does for a shard given back: an
+        action cut half-way is completed from its journal by the new owner), instead of letting a pass of the
+        old owner that waits (an armed continue) go on after the new owner started. True when it was
+        cancelled; the daemon then waits until this replica serves the object again (`wait_served`)."""
+        running = self._serving.get((plural, namespace, name))
+        if running is None or self.shard(plural, namespace, name, labels) == running[0]:
+            return False
+        running[1].cancel()
+        logger.info("Stopped serving %s/%s: relabelled out of shard %s", namespace, name, running[0])
+        return True
+
     async def stop_serving(self, shards: set[int]) -> bool:
         """Stop what runs for the objects of `shards` (cancelled, as a kill would: an action cut half-way is
         completed from its journal by the next owner) and return once it ended: True, or False when some of
