@@ -57,6 +57,19 @@ async def test_the_waiting_sends_are_told_only_when_the_budget_moves_a_step():
     assert told == 8, "2 s -> 4 s in 0.25 s steps: 8 moves for 500 joins"
 
 
+def test_instants_a_few_seconds_apart_count_together_and_their_waiters_are_told():
+    s = Settings(metrics_port=0)
+    armed = ArmedInstants.from_settings(s)  # near: resumeWriteBudgetMaxS (6 s)
+    apart = T0 + timedelta(seconds=3)
+    far = T0 + timedelta(seconds=s.resume_write_budget_max_s)
+    waiting = armed.moved(apart)
+    for i in range(500):
+        armed.join(T0 if i % 2 else apart, T0)
+    assert armed.sends(T0) == armed.sends(apart) == 500 and armed.budget_s(apart) == 4.0
+    assert waiting.is_set(), "a send waiting for the other instant was told its budget moved"
+    assert armed.sends(far) == 250 and armed.budget_s(far) == 2.0, "6 s from the other instant: not near"
+
+
 def test_an_instant_long_past_is_forgotten_and_its_waiters_released():
     armed = ArmedInstants(lambda n: float(n))
     armed.join(T0, T0)
