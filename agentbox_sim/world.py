@@ -91,6 +91,7 @@ class World:
     _operator_error: BaseException | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _killed: bool = False
+    _kill_flag: threading.Event | None = None
     _zombies: list[threading.Thread] = field(default_factory=list)
     kubelet: Any = None
 
@@ -154,7 +155,10 @@ class World:
         from controller.handlers import REGISTRY
 
         os.environ["KUBECONFIG"] = str(self.kubeconfig)
-        self._stop = threading.Event()
+        # This operator's own flags: a killed predecessor whose loop runs its kill steps late (a loaded
+        # machine) sets its own stop flag, never this one (tests/test_world_restart.py).
+        stop = self._stop = threading.Event()
+        killed = self._kill_flag = threading.Event()
         self._killed = False
         ready = threading.Event()
         memo = kopf.Memo(settings=self.settings, kubeconfig=str(self.kubeconfig), no_metrics=True)
@@ -162,14 +166,14 @@ class World:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             await kopf.operator(registry=REGISTRY, standalone=True, namespaces=[self.namespace], memo=memo,
-                                stop_flag=self._stop, ready_flag=ready)
+                                stop_flag=stop, ready_flag=ready)
 
         def run() -> None:
             loop = asyncio.new_event_loop()
             try:
                 loop.run_until_complete(main())
             except BaseException as exc:  # noqa: BLE001 - surfaced by stop_operator()
-                if not self._killed:
+                if not killed.is_set():
                     self._operator_error = exc
                 ready.set()
             finally:
@@ -179,7 +183,7 @@ class World:
                 if pending:
                     loop.run_until_complete(asyncio.wait(pending, timeout=10))
                 loop.run_until_complete(loop.shutdown_asyncgens())
-                if not self._killed:  # a graceful stop waits for calls in flight; a killed process does not
+                if not killed.is_set():  # a graceful stop waits for calls in flight; a killed process does not
                     loop.run_until_complete(loop.shutdown_default_executor())
                 loop.close()
 
@@ -197,14 +201,18 @@ class World:
         if loop is None or self._thread is None or self._killed:
             return
         self._killed = True
+        # The flags of the operator killed now: the steps below may run after a restart replaced them.
+        stop, killed = self._stop, self._kill_flag
+        if killed is not None:
+            killed.set()
 
         def cancel_all() -> None:
             for task in asyncio.all_tasks(loop):
                 task.cancel()
             # kopf shields parts of its own shutdown from cancellation: its stop flag ends those, and
             # tasks its shutdown spawns (the Event poster's scheduler close) are cancelled again below.
-            if self._stop is not None:
-                self._stop.set()
+            if stop is not None:
+                stop.set()
 
         def again() -> None:
             cancel_all()
