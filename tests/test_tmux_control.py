@@ -155,6 +155,37 @@ async def test_box_stream_wakes_on_meaningful_changes_and_reconnects(kube: KubeE
         await box.aclose()
 
 
+async def test_a_capture_of_a_pane_with_no_output_since_is_the_cache_and_a_changed_one_is_read(
+        aexec: AsyncExec) -> None:
+    """The send steps' captures (the Enter guard, the wait for a change after a key) cost no round trip while
+    tmux reported nothing printed; a pane with output since its cached capture is captured over the stream."""
+    box = BoxStream(_open_fn(aexec), _exec_fn(aexec), debounce_s=0.05, backoff_s=(0.05, 0.2))
+    box.start()
+    term = StreamTerminal(_exec_fn(aexec), box, send_pause_s=0.05)
+    try:
+        await _until(lambda: asyncio.sleep(0, box.connected and len(box.screens) == 2))
+        tabs, _ = await term.tabs()
+        pane = tabs[0].pane_id
+        await term.type_line(pane, "echo settled-$((6*7))")
+        await _until(lambda: asyncio.sleep(0, "settled-42" in box.screens.get(pane, "") and box.fresh(pane)))
+        assert box.client is not None
+        sent: list[list[str]] = []
+        command = box.client.command
+
+        async def spy(argv: list[str], timeout: float = 10.0) -> Any:
+            sent.append(argv)
+            return await command(argv, timeout)
+        box.client.command = spy  # type: ignore[method-assign]
+        live = (await aexec.run("default", "box", "box", tmux.capture_one_argv(pane))).stdout.rstrip("\n")
+        assert await term.capture(pane) == live and sent == []  # the cache, equal to a capture now
+        box.client.dirty.add(pane)  # tmux printed something since (its %output came)
+        await aexec.run("default", "box", "box", tmux.send_text_argv(pane, "typed-after"))
+        assert "typed-after" in await term.capture(pane)
+        assert tmux.capture_one_argv(pane) in sent  # read over the stream (the follower may capture it too)
+    finally:
+        await box.aclose()
+
+
 async def test_no_control_mode_means_polling_and_says_why() -> None:
     for rc, out, reason in ((127, "", "no tmux"), (0, "tmux 3.1c\n", "older than 3.2")):
         async def exec_fn(argv: list[str], stdin: str | None = None, rc=rc, out=out) -> ExecResult:

@@ -21,6 +21,9 @@ from controller.domain.resume import write_budget_s
 KEEP_S = 60.0
 """An instant is forgotten this many seconds after it passed (at the next join of another instant)."""
 
+QUIET_AFTER_S = 2.0
+"""Seconds after an armed instant that its burst lasts for work that can wait (`ArmedInstants.busy_for`)."""
+
 
 class ArmedInstants:
     """Counts of the armed continues of this process per instant, and each instant's write budget.
@@ -74,6 +77,23 @@ class ArmedInstants:
     def budget_s(self, instant: datetime) -> float:
         """The write budget of `instant`, seconds (the least one when nothing joined it or an instant near it)."""
         return self.budget(self.sends(instant))
+
+    def busy_for(self, now: datetime, lead_s: float = 1.0, after_s: float = QUIET_AFTER_S) -> float:
+        """Seconds until the burst around an armed instant ends, 0.0 when `now` (UTC) is in none.
+
+        A burst is the window of an instant with continues armed for it: from its typing (`budget_s` +
+        `lead_s` seconds before it: the send pause and the text) until `after_s` seconds after it (the Enters
+        and the agents' redraws). Work that can wait a few seconds (a periodic usage read far from any
+        threshold) keeps out of it, so the API server and the box streams carry the Enters alone."""
+        end = 0.0
+        for t, n in self._count.items():
+            if n <= 0:
+                continue
+            start = t - timedelta(seconds=self.budget_s(t) + lead_s)
+            stop = t + timedelta(seconds=after_s)
+            if start <= now < stop:
+                end = max(end, (stop - now).total_seconds())
+        return end
 
     def moved(self, instant: datetime) -> asyncio.Event:
         """An Event set once the budget of `instant` changes (a new one after that)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Callable
 
 from pydantic import ValidationError
@@ -98,12 +98,26 @@ class SubscriptionReader:
 
         self.logins = LoginKeeper(rt, namespace, name, self.post_event)
         self.login_delay = float("inf")
+        self.timer_at: datetime | None = None  # when the next far pass is due by the timer (UTC)
 
     async def tick(self, body: dict[str, Any]) -> float:
-        """Read once and keep the login fresh; returns seconds until the next read or login refresh."""
+        """Read once and keep the login fresh; returns seconds until the next read or login refresh.
+
+        A pass its own timer brought (not a wake-up) that was far off (`usage_near_interval_s` or more) and
+        falls in the burst of continues armed for one instant (`ArmedInstants.busy_for`: from their typing to
+        2 s after the instant) waits that burst out, a few seconds: the API server and the boxes' streams then
+        carry the Enters alone."""
+        now = self.rt.clock()
+        armed = getattr(self.rt, "armed", None)
+        if self.timer_at is not None and now >= self.timer_at - timedelta(seconds=0.5) and armed is not None:
+            busy = armed.busy_for(now)
+            if busy > 0:
+                return busy
         self.login_delay = float("inf")
-        delay = await self._tick(body)
-        return min(delay, self.login_delay)
+        delay = min(await self._tick(body), self.login_delay)
+        far = delay >= self.rt.settings.usage_near_interval_s
+        self.timer_at = now + timedelta(seconds=delay) if far else None
+        return delay
 
     async def _tick(self, body: dict[str, Any]) -> float:
         """Read once (through the shared cache) and patch status; returns seconds until the next read."""

@@ -342,6 +342,16 @@ class StreamTerminal(BoxTerminal):
             return result
         return await super().run(argv, check)
 
+    async def capture(self, pane_id: str) -> str:
+        """As :meth:`BoxTerminal.capture`; from the stream's cache while it is fresh (tmux reported no output
+        of the pane since its last capture: the same ``capture-pane -p -J`` text a new capture would give).
+        The send steps' guards and checks (the Enter guard at the instant, the wait for the pane to change
+        after a key) then cost no round trip while nothing was printed: at a reset, a burst of boxes' Enters
+        no longer queues behind one capture per box at the API server and kubelet."""
+        if self.stream.connected and self.stream.fresh(pane_id):
+            return self.stream.screens[pane_id]
+        return await super().capture(pane_id)
+
     async def capture_all(self, tabs: list[tmux.Tab]) -> dict[str, str]:
         """Screens of every tab: cached for panes the live stream follows, captured for the others."""
         if not self.stream.connected:
