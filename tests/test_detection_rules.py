@@ -235,7 +235,8 @@ CLASSES = [
     ("codex-exceeded-retry-limit", "codex", "■ exceeded retry limit, last status: 429 Too Many Requests, request id: abc", TabState.IDLE, LimitKind.OVERLOAD),
     ("claude-approaching", "claude-code", "  ⎿  Approaching Opus usage limit · /model to use best available model", TabState.IDLE, LimitKind.WARNING),
     ("claude-wrap-up", "claude-code", "⏺ Approaching your 5-hour usage limit — Claude will wrap up the current step.", TabState.IDLE, LimitKind.WARNING),
-    ("claude-model-fallback", "claude-code", "  ⎿  Opus limit almost reached, now using Sonnet 4", TabState.IDLE, LimitKind.WARNING),
+    # issue 21: the turn moved to the fallback model and goes on (anthropics/claude-code#11390): working
+    ("claude-model-fallback", "claude-code", "  ⎿  Opus limit almost reached, now using Sonnet 4", TabState.WORKING, LimitKind.WARNING),
     ("codex-heads-up", "codex", "⚠ Heads up, you’ve used over 90% of your weekly limit. Run /status for a breakdown.", TabState.IDLE, LimitKind.WARNING),
     ("codex-5h-left", "codex", "⚠ 5h limit: only <1% left · resets at 17:19 · /status", TabState.IDLE, LimitKind.WARNING),
 ]

@@ -32,9 +32,11 @@ from controller.domain.profile import (
     FAMILY_HINT,
     AUTO_CONTINUE,
     GENERIC_AWAITING,
+    GENERIC_NEUTRAL,
     GENERIC_WORKING_HINTS,
     HIT,
     LIMIT_NOUN,
+    MODEL_SWITCH,
     OWNER,
     SCOPE,
     SEP,
@@ -127,10 +129,18 @@ PROFILE = Profile(
         lp("retrying", r"\bRetrying in\s+\d+\s*(?:s|sec|secs|seconds?)\b", anchored=False),
         lp("retry-attempt", r"\(attempt\s+\d+\s*/\s*\d+\)", anchored=False),
     ),
+    # the turn moved to another model and goes on (anthropics/claude-code#11390, #44398): never a stop
+    fallback=(
+        lp("overload-fallback", r"(?:high\s+(?:load|demand)|overloaded|at\s+capacity)\b.{0,60}?" + MODEL_SWITCH
+           + r"\s+(?:Claude\s+)?(?:Sonnet|Opus|Haiku|Fable|the\s+fallback\s+model)\b", anchored=False),
+        lp("model-fallback", MODEL_SWITCH + r"\s+(?:Claude\s+)?(?:Sonnet|Opus|Haiku|Fable|the\s+fallback\s+model)\b",
+           anchored=False),
+    ),
     overload=(
         lp("server-limiting", r"Server is temporarily limiting requests|\(not your usage limit\)|not (?:a|your) usage limit",
            anchored=False),
-        lp("overloaded", r"API Error:?\s*\(?(?:529|overloaded)|overloaded_error|\bOverloaded\b", anchored=False),
+        lp("overloaded", r"API Error:?\s*\(?(?:529|overloaded)|overloaded_error|\bOverloaded\b"
+                         r"|is experiencing high (?:load|demand)", anchored=False),
         lp("request-rejected-429",
            r"API Error:?\s*(?:Request rejected\s*)?\(?429\b|exceed your (?:account|organization)['’]s rate limit",
            anchored=False),
@@ -169,7 +179,6 @@ PROFILE = Profile(
         lp("approaching", r"Approaching\s+(?:your\s+)?.{0,40}?limit", anchored=False),
         lp("wrap-up", r"Claude will wrap up the current step", anchored=False),
         lp("used-percent", r"You['’]ve used (?:over\s+)?\d+\s*%", anchored=False),
-        lp("model-fallback", r"\bnow using (?:Sonnet|Opus|Haiku)\b", anchored=False),
     ),
     working=(
         # spinner: "✶ Composing… (1m 44s · ↓ 3.4k tokens · esc to interrupt)"
@@ -186,6 +195,15 @@ PROFILE = Profile(
     ),
     stop_option=re.compile(r"Stop and wait for (?:the )?limit to reset", re.IGNORECASE),
     progress=re.compile(r"^[⏺●⎿]\s*\S"),
+    neutral=(
+        # a finished turn's timer: "✻ Worked for 3m 12s · done 2:15 AM", "✻ Cogitated for 22s"
+        re.compile(r"^[·✢✳✶✻✽*]\s*[A-Z][\w'-]*\s+for\s+(?:\d+\s*[hms]\s*)+(?:[·∙•]\s*done\b.*)?$"),
+        re.compile(r"^[·✢✳✶✻✽*]\s*\S.{0,100}[·∙•]\s*done\s+\d{1,2}(?::\d{2})?\s*(?:[AaPp]\.?[Mm]\.?)?\s*$"),
+        # a subagent's or teammate's failure that repeats the 429: the main line above decides
+        re.compile(r"^[●⏺]\s*(?:Agent|Task|Subagent|Teammate)\b.{0,160}?\bfail\w*\b.{0,120}?"
+                   r"(?:rate[_\s-]?limit|\bHTTP\s*429\b|\b429\b)", re.IGNORECASE),
+        *GENERIC_NEUTRAL,
+    ),
     user_echo=re.compile(r"^[>❯]\s*\S"),
     find_input=parse_input,
     working_adjacent=False,

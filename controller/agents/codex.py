@@ -17,6 +17,9 @@ box's local time, and a time without a date is on the same local date (``time_on
 - warning, never a stop: ``⚠ 5h limit: only <1% left · resets at 07:16 · /status`` (0.171.0 right-aligned)
 - overload: ``exceeded retry limit, last status: 429 Too Many Requests`` (openai/codex#26057)
 - approval overlay: ``Would you like to run the following command?`` / ``› 1. Yes, proceed (y)``.
+- the workspace spend-cap popup (credits, ``limit_menu``, default No): ``Your workspace has reached its spend
+  limit. Ask an admin to raise it.`` / ``Continue anyway?`` / ``› 1. No`` / ``2. Yes``
+  (modelled on Anantys-oss/koan#2156, openai/codex#27598).
 No I/O.
 """
 
@@ -144,7 +147,12 @@ PROFILE = Profile(
     ),
     working_hints=GENERIC_WORKING_HINTS,
     awaiting=GENERIC_AWAITING,
-    limit_menu=(),
+    # the workspace spend-cap popup in front of the composer ("Your workspace has reached its spend limit.
+    # Ask an admin to raise it." / "Continue anyway?" / "› 1. No" / "2. Yes"): counts only under a live
+    # limit line; it has no "stop and wait" option, so it is left to a human
+    limit_menu=(
+        re.compile(r"^Continue (?:anyway|with (?:usage )?credits|using credits)\?", re.IGNORECASE),
+    ),
     stop_option=None,
     progress=re.compile(r"^(?:[•◦└├✔✗]\s*\S|■\s*\S|─\s*Worked for)"),
     user_echo=re.compile(r"^›\s*\S"),

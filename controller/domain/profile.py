@@ -24,6 +24,8 @@ __all__ = [
     "FAMILY_HINT",
     "GENERIC_AWAITING",
     "GENERIC_WORKING_HINTS",
+    "GENERIC_NEUTRAL",
+    "MODEL_SWITCH",
     "RESET_CLAUSE",
     "SEP",
     "APOS",
@@ -106,6 +108,10 @@ class Profile:
 
     Line families (tuples of :class:`LinePattern`, tried in this order for each joined line):
         retrying: the CLI retries by itself (not rate limited, state WORKING).
+        fallback: the CLI switched to another model and keeps working ("Claude Opus limit reached, now
+            using Sonnet 4.5", "Opus is experiencing high load, falling back to Sonnet"): state WORKING,
+            kind WARNING (OVERLOAD when the pattern's name starts with "overload"). Tried before the
+            limit families, so the limit words in such a line do not make it a stop.
         overload: incident/overload 429s (kind OVERLOAD, not rate limited).
         credits: out of credits / spend cap (RATE_LIMITED, kind CREDITS, no reset).
         auto_cancel: the native wait was cancelled.
@@ -121,6 +127,10 @@ class Profile:
             "Stop and wait for limit to reset", ...).
         stop_option: the menu option whose displayed number becomes ``menu_choice``.
         progress: agent-output glyph lines ("⏺ …", "• Ran …"); one below a limit line makes it stale.
+        neutral: finished or background states that are neither output nor activity ("✻ Worked for
+            3m 12s · done 2:15 AM", "2 shells running", "· 3 background tasks", a subagent's
+            "failed (error type rate_limit, HTTP 429)"): they neither make a limit line stale nor
+            mean the agent is working.
         user_echo: a submitted user message echoed in the transcript ("> continue", "› fix it").
     Other:
         agent: the agent name (as in ``spec.agent``).
@@ -144,6 +154,7 @@ class Profile:
     agent: str
     time_only_rule: Literal["claude", "codex"] = "claude"
     retrying: tuple[LinePattern, ...] = ()
+    fallback: tuple[LinePattern, ...] = ()
     overload: tuple[LinePattern, ...] = ()
     credits: tuple[LinePattern, ...] = ()
     auto_cancel: tuple[LinePattern, ...] = ()
@@ -157,6 +168,7 @@ class Profile:
     limit_menu: tuple[re.Pattern[str], ...] = ()
     stop_option: re.Pattern[str] | None = None
     progress: re.Pattern[str] | None = None
+    neutral: tuple[re.Pattern[str], ...] = ()
     user_echo: re.Pattern[str] | None = None
     find_input: InputParser | None = None
     working_adjacent: bool = False
@@ -170,7 +182,7 @@ class Profile:
 FAMILY_HINT = re.compile(
     r"limit|usage|credit|spend|quota|automatic|continu|retry|retrying|overload|capacity|429|529|reset|"
     r"l[íi]mite|heads up|approaching|now using|wrap up|used\s+(?:over\s+)?\d|connecting|attempt|demand|"
-    r"out of|allowance",
+    r"out of|allowance|falling back|fell back|switch(?:ing|ed) to|high load",
     re.IGNORECASE,
 )
 
@@ -192,6 +204,18 @@ GENERIC_AWAITING = _rx(
 )
 
 
+# Background work the agent left running ("2 shells running", "· 3 background tasks", "1 bash running"):
+# a count of what runs on its own, not the agent's turn (a limit line above it still decides).
+GENERIC_NEUTRAL = _rx(
+    r"(?:^[^\w\s]*\s*|[·∙•|]\s*)\d+\s+(?:(?:background\s+)?(?:shells?|bash(?:es)?|terminals?|commands?|tasks?|jobs?|agents?)"
+    r"\s+(?:still\s+)?running|background\s+(?:shells?|bash(?:es)?|tasks?|commands?|agents?|terminals?|jobs?))\b"
+    r"\s*(?:$|[·∙•(|]|\bin the background\b)",
+)
+# The CLI moved the turn to another model ("now using Sonnet 4.5", "falling back to Sonnet"); the imperative
+# "Switch to Sonnet with /model" is a remedy printed under a stop and is not matched.
+MODEL_SWITCH = r"\b(?:now\s+using|(?:is\s+)?falling\s+back\s+to|fell\s+back\s+to|switching\s+to|switched\s+to)\b"
+
+
 def generic_profile(agent: str) -> Profile:
     """A profile with only the markers every agent shares (interrupt hints, permission prompts): no
     limit families, for agents without a profile of their own."""
@@ -201,4 +225,5 @@ def generic_profile(agent: str) -> Profile:
         working_hints=GENERIC_WORKING_HINTS,
         working=GENERIC_WORKING_HINTS,
         awaiting=GENERIC_AWAITING,
+        neutral=GENERIC_NEUTRAL,
     )

@@ -21,7 +21,7 @@ _MAX_LINE_CHARS = 2000   # user patterns see at most this much of one line
 
 @dataclass
 class _Event:
-    cls: str                 # usage | credits | auto | overload | retrying | warning | auto_cancel | recovered
+    cls: str                 # usage | credits | auto | overload | retrying | fallback | warning | auto_cancel | recovered
     name: str
     resets_at: datetime | None = None
     window: str | None = None
@@ -44,6 +44,7 @@ class _Info:
     cursor: bool = False
     progress: bool = False
     user: bool = False
+    neutral: bool = False    # a finished or background state (profile.neutral): neither output nor activity
 
 
 def _ev(info: _Info) -> _Event:
@@ -162,6 +163,7 @@ def _window_near(text: str, start: int, clause: int) -> str | None:
 
 _FAMILIES = (
     ("retrying", "retrying"),
+    ("fallback", "fallback"),
     ("overload", "overload"),
     ("credits", "credits"),
     ("auto_cancel", "auto_cancel"),
@@ -237,8 +239,10 @@ def _classify(
     if info.event is None:
         info.working = any(p.search(text) for p in profile.working)
         info.awaiting = any(p.search(text) for p in profile.awaiting)
+        info.neutral = not info.working and any(p.search(stripped) for p in profile.neutral)
     info.limit_menu = any(p.search(text) for p in profile.limit_menu)
-    if info.event is None and not info.working and not info.awaiting and not info.option and not line.in_box:
+    if info.event is None and not info.working and not info.awaiting and not info.option and not line.in_box \
+            and not info.neutral:
         if profile.user_echo is not None and profile.user_echo.match(stripped):
             # a slash command ("❯ /rate-limit-options") is no new turn: it leaves the limit standing
             info.user = not _SLASH_ECHO.match(stripped)

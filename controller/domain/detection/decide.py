@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 
-from controller.domain.detection.classify import _classify, _ev, _Info
+from controller.domain.detection.classify import _classify, _ev, _Event, _Info
 from controller.domain.detection.patterns import UserPattern
 from controller.domain.detection.rows import JoinedLine, ScreenLine, _tail, join_lines, normalize_lines
 from controller.domain.profile import Profile
@@ -69,7 +69,8 @@ def detect_screen(
     footer = rows[_pos(rows, box.end) + 1:] if box else []
     joined = join_lines(content)[-MAX_LINES:]
     tails = [_tail(joined, i) for i in range(len(joined))]
-    infos = [_classify(profile, i, line, now, tz, user_patterns, tails[i]) for i, line in enumerate(joined)]
+    infos = _details_attached([_classify(profile, i, line, now, tz, user_patterns, tails[i])
+                               for i, line in enumerate(joined)])
     # the footer below the input is live status: Claude Code shows its native wait there too
     foot = [_classify(profile, -1, JoinedLine(r.text, False, r.index, r.index), now, tz, ())
             for r in footer if r.kind == "text"]
@@ -105,17 +106,20 @@ def detect_screen(
     after = [i for i in live if newest is None or i.idx > newest.idx]
 
     working_info = _working(profile, infos, after, footer)
-    recovered = [i for i in after if i.event and i.event.cls == "recovered"]
+    # the limit lifted and the agent goes on by itself, or the turn moved to another model
+    recovered = [i for i in after if i.event and i.event.cls in ("recovered", "fallback")]
     if newest is None and foot_limits and working_info is None and not recovered:
         # no limit line above the prompt (cleared, scrolled away): the footer's limit status decides
         newest = foot_limits[-1]
         note("no limit line above the prompt: the footer's limit status decides")
-    menu_lines = [i for i in after if i.option or i.limit_menu or i.awaiting]
+    # a popup may be drawn below the input too (Codex's spend-cap question): its options count
+    menu_lines = [i for i in after if i.option or i.limit_menu or i.awaiting] + \
+        [i for i in foot if i.option or i.limit_menu]
     is_limit_menu = any(i.limit_menu for i in menu_lines) and (newest is not None or any(
         i.option and profile.stop_option is not None and profile.stop_option.search(i.option[1])
         for i in menu_lines))
     awaiting = None if is_limit_menu else next(
-        (i for i in after if i.awaiting or (i.option and i.cursor)), None)
+        (i for i in after + foot if i.awaiting or (i.option and i.cursor)), None)
     prompt = box.text if box else None
 
     if newest is not None and (working_info is not None or recovered):
@@ -172,22 +176,22 @@ def detect_screen(
                          prompt, first.line.text, f"pattern:{profile.agent}/limit-menu")
 
     # not rate limited: the newest overload / retry / warning line on the live bottom gives the kind
-    notes = [i for i in live if i.event and i.event.cls in ("overload", "retrying", "warning")
+    notes = [i for i in live if i.event and i.event.cls in _NOTES
              and (newest is None or i.idx > newest.idx or working_info is None)]
-    notes += [i for i in foot if i.event and i.event.cls in ("overload", "retrying", "warning")]
+    notes += [i for i in foot if i.event and i.event.cls in _NOTES]
     last_note = notes[-1] if notes else None
     note_kind: LimitKind | None = None
     if last_note is not None:
-        note_kind = LimitKind.WARNING if _ev(last_note).cls == "warning" else LimitKind.OVERLOAD
+        note_kind = _note_kind(_ev(last_note))
         note(f"not a stop: {_ev(last_note).family} line {_quote(last_note.line.text)}")
     evidence = last_note.line.text if last_note else None
     detected_by = _ev(last_note).name if last_note else ""
     if awaiting is not None:
         return Detection(TabState.AWAITING_INPUT, note_kind, None, None, prompt_text=prompt,
                          evidence=awaiting.line.text, detected_by=f"marker:{profile.agent}/awaiting")
-    retrying = last_note is not None and _ev(last_note).cls == "retrying"
+    retrying = last_note is not None and _ev(last_note).cls in ("retrying", "fallback")
     if working_info is not None or recovered or retrying:
-        if last_note is None or _ev(last_note).cls != "retrying":
+        if last_note is None or _ev(last_note).cls not in ("retrying", "fallback"):
             shown = working_info if working_info is not None else (recovered[-1] if recovered else None)
             if isinstance(shown, _Info):
                 evidence = evidence or shown.line.text
@@ -200,6 +204,28 @@ def detect_screen(
                          evidence=evidence, detected_by=detected_by)
     state = TabState.IDLE if box is not None else TabState.UNKNOWN
     return Detection(state, note_kind, None, None, prompt_text=prompt, evidence=evidence, detected_by=detected_by)
+
+
+_NOTES = ("overload", "retrying", "fallback", "warning")   # events that leave the tab running
+
+
+def _note_kind(event: _Event) -> LimitKind:
+    """The kind a note gives a tab that is not stopped: a warning or a model fallback record only
+    (WARNING); an overload, a retry or a fallback forced by load is an incident (OVERLOAD)."""
+    if event.cls == "warning" or (event.cls == "fallback" and not event.name.split("/")[-1].startswith("overload")):
+        return LimitKind.WARNING
+    return LimitKind.OVERLOAD
+
+
+def _details_attached(infos: list[_Info]) -> list[_Info]:
+    """A ``⎿`` row right under a retry, overload, fallback or warning line is that line's detail
+    ("✻ 529 Overloaded · Retrying in 4s" / "⎿ If it persists, check status.claude.com",
+    anthropics/claude-code#91817), not new agent output: it does not make the line history."""
+    for prev, info in zip(infos, infos[1:]):
+        if info.progress and info.line.text.startswith("⎿") and info.line.first == prev.line.last + 1 \
+                and prev.event is not None and prev.event.cls in _NOTES:
+            info.progress = False
+    return infos
 
 
 _ZONED = re.compile(r"\([A-Za-z][^)]*\)|\b(?:UTC|GMT)\b|[+-]\d{2}:?\d{2}\b|\d\s?Z\b|^\|")

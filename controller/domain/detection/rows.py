@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _MAX_JOIN_ROWS = 6       # a wrapped message rarely spans more rows; keeps plain output lines apart
 
@@ -19,12 +19,15 @@ class ScreenLine:
         kind: "text" | "blank" | "box_top" | "box_bottom" | "rule".
         in_box: the row sat between ``│`` borders.
         index: 0-based row number on the screen.
+        changed: :data:`TYPOGRAPHY` replaced something in the row (typographic apostrophes or quotes,
+            Unicode spaces); ``detect --explain`` says so.
     """
 
     text: str
     kind: str
     in_box: bool
     index: int
+    changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,36 +57,50 @@ _BOX_BOTTOM = re.compile(r"^[╰└╚┗][─━═┄┈╌\s\S]*[╯┘╝┛
 _RULE = re.compile(r"^[─━═╌┄┈▔▁]{8,}$")
 _SIDES = "│┃║▕▏"
 
+# One spelling for what terminals and apps print in several (field-pitfalls §1): every apostrophe form
+# becomes ', every double quote form ", every Unicode space a space; zero-width characters go. The
+# families then spell each word once (corpus README: "either apostrophe", "no-break spaces").
+TYPOGRAPHY = str.maketrans(
+    {**dict.fromkeys("\u2018\u2019\u201a\u201b\u02bc\u2032\u00b4\uff07", "'"),
+     **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033\uff02", '"'),
+     **dict.fromkeys("\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+                     "\u202f\u205f\u3000", " "),
+     **dict.fromkeys("\u200b\u200c\u200d\u2060\ufeff", None)}
+)
+
 
 def normalize_lines(screen: str) -> list[ScreenLine]:
     """Split a captured screen into :class:`ScreenLine` rows.
 
-    Strips ANSI escape sequences and control characters, converts tabs/NBSP to spaces, and parses
+    Strips ANSI escape sequences and control characters, converts tabs to spaces, applies
+    :data:`TYPOGRAPHY` (’ ‘ ʼ → ', “ ” → ", U+00A0 and other Unicode spaces → space) and parses
     box borders so text inside ``│ … │`` is returned without them (``in_box=True``).
     Trailing blank rows are dropped.
     """
     screen = _ANSI.sub("", screen).replace("\r\n", "\n").replace("\r", "\n")
     screen = _CTRL.sub("", screen.replace("\t", "    "))
-    screen = screen.replace("\u00a0", " ").replace("\u202f", " ")
     rows: list[ScreenLine] = []
-    for index, raw in enumerate(screen.split("\n")):
-        s = raw.strip()
-        if not s:
-            rows.append(ScreenLine("", "blank", False, index))
-        elif "─" in s[:3] + s[-3:] or "━" in s[:3] + s[-3:] or "═" in s[:3] + s[-3:]:
-            if _BOX_TOP.match(s) and len(s) > 2:
-                rows.append(ScreenLine(s.strip("╭┌╔┏╮┐╗┓─━═ "), "box_top", True, index))
-            elif _BOX_BOTTOM.match(s) and len(s) > 2:
-                rows.append(ScreenLine("", "box_bottom", True, index))
-            elif _RULE.match(s):
-                rows.append(ScreenLine("", "rule", False, index))
-            else:
-                rows.append(_side_parsed(s, index))
-        else:
-            rows.append(_side_parsed(s, index))
+    for index, original in enumerate(screen.split("\n")):
+        raw = original.translate(TYPOGRAPHY)
+        row = _row(raw.strip(), index)
+        rows.append(replace(row, changed=True) if raw != original else row)
     while rows and rows[-1].kind == "blank":
         rows.pop()
     return rows
+
+
+def _row(s: str, index: int) -> ScreenLine:
+    """One stripped row as a :class:`ScreenLine` (blank, a box border, a rule, or text)."""
+    if not s:
+        return ScreenLine("", "blank", False, index)
+    if "─" in s[:3] + s[-3:] or "━" in s[:3] + s[-3:] or "═" in s[:3] + s[-3:]:
+        if _BOX_TOP.match(s) and len(s) > 2:
+            return ScreenLine(s.strip("╭┌╔┏╮┐╗┓─━═ "), "box_top", True, index)
+        if _BOX_BOTTOM.match(s) and len(s) > 2:
+            return ScreenLine("", "box_bottom", True, index)
+        if _RULE.match(s):
+            return ScreenLine("", "rule", False, index)
+    return _side_parsed(s, index)
 
 
 def _side_parsed(s: str, index: int) -> ScreenLine:
@@ -98,13 +115,22 @@ def _side_parsed(s: str, index: int) -> ScreenLine:
 
 @dataclass(frozen=True)
 class JoinedLine:
-    """A logical line: one or more physical rows joined where the terminal wrapped them."""
+    """A logical line: one or more physical rows joined where the terminal wrapped them.
+
+    Attributes:
+        text: the rows' texts joined by one space.
+        in_box: the rows sat inside a ``│ … │`` box.
+        first, last: screen indexes of its first and last row.
+        rows: how many rows were joined (more than 1: the terminal wrapped it).
+        changed: :data:`TYPOGRAPHY` normalised a character in one of its rows.
+    """
 
     text: str
     in_box: bool
     first: int
     last: int
     rows: int = 1
+    changed: bool = False
 
 
 # A row starting like this begins a new logical line (it is not a wrapped continuation).
@@ -142,11 +168,11 @@ def join_lines(rows: Sequence[ScreenLine]) -> list[JoinedLine]:
             and current.rows < _MAX_JOIN_ROWS
         ):
             current = JoinedLine(f"{current.text} {row.text}", current.in_box, current.first, row.index,
-                                 current.rows + 1)
+                                 current.rows + 1, current.changed or row.changed)
             continue
         if current:
             out.append(current)
-        current = JoinedLine(row.text, row.in_box, row.index, row.index)
+        current = JoinedLine(row.text, row.in_box, row.index, row.index, changed=row.changed)
     if current:
         out.append(current)
     return out
