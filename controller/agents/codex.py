@@ -122,7 +122,7 @@ PROFILE = Profile(
     credits=(
         lp("out-of-credits", r"(?:" + YOU + ADVERB + r"\s+)?(?:(?:run|ran)\s+)?out\s+of\s+(?:(?:your|the|its)\s+)?"
                              r"(?:extra\s+usage|(?:usage\s+|API\s+|prepaid\s+)?credits)\b"),
-        lp("spend-cap", r"(?:" + YOU + ADVERB + r"\s+)?" + HIT + r"\s+" + OWNER + r"\s+(?:[\w-]+\s+){0,2}?"
+        lp("spend-cap", r"(?:" + YOU + ADVERB + r"\s+)?" + HIT + r"\s+" + OWNER + r"\s+(?:[\w'-]+\s+){0,2}?"
                         r"spend(?:ing)?\s+(?:cap|limit)"),
         lp("quota-exceeded", r"Quota exceeded|insufficient_quota|credit balance is too low"),
     ),

@@ -106,8 +106,9 @@ def detect_screen(
     after = [i for i in live if newest is None or i.idx > newest.idx]
 
     working_info = _working(profile, infos, after, footer)
-    # the limit lifted and the agent goes on by itself, or the turn moved to another model
-    recovered = [i for i in after if i.event and i.event.cls in ("recovered", "fallback")]
+    # the limit lifted and the agent goes on by itself, the turn moved to another model, or the CLI is
+    # retrying a newer request by itself
+    recovered = [i for i in after if i.event and i.event.cls in ("recovered", "fallback", "retrying")]
     if newest is None and foot_limits and working_info is None and not recovered:
         # no limit line above the prompt (cleared, scrolled away): the footer's limit status decides
         newest = foot_limits[-1]
