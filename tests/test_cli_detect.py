@@ -180,3 +180,34 @@ def test_detect_explain_names_family_time_expression_and_history(tmp_path: Path,
     ns.explain = False
     assert run_detect(ns) == 0
     assert "explain" not in json.loads(capsys.readouterr().out)
+
+
+FAMILIES = Path(__file__).parent / "fixtures" / "families" / "limit-screens.jsonl"
+
+
+@pytest.mark.parametrize("case_id,verdict_line", [
+    ("F1-01", "family: claude-model-fallback → working"),
+    ("F1-02", "family: claude-model-fallback (under load) → working"),
+    ("F1-03", "family: claude-retrying → working"),
+    ("F2-04", "family: codex-usage-limit (typographic quotes/spaces normalised) → rate_limited"),
+    ("F3-01", "family: codex-usage-limit (wrapped line joined: 2 rows; typographic quotes/spaces normalised)"
+              " → rate_limited"),
+    ("F4-02", "family: claude-usage-limit (finished/background rows are not activity: "),
+    ("F5-01", "family: codex-spend-cap (the limit menu (a popup in front of the input) has no 'stop and wait' "
+              "option: left to a human) → rate_limited"),
+])
+def test_detect_explain_names_the_family_that_decided(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      case_id: str, verdict_line: str) -> None:
+    """issue 21: `detect --explain` names the family and the rule that decided (a joined wrap, normalised
+    quotes, rows that are not activity, a fallback that keeps working), one line before the verdict."""
+    case = next(json.loads(line) for line in FAMILIES.read_text(encoding="utf-8").splitlines()
+                if json.loads(line)["id"] == case_id)
+    screen = tmp_path / "s.txt"
+    screen.write_text(case["screen"], encoding="utf-8")
+    ns = argparse.Namespace(agent=case["agent"], now=case["now"], tz=case["tz"], pattern=[], file=str(screen),
+                            explain=True)
+    assert run_detect(ns) == 0
+    out = json.loads(capsys.readouterr().out)
+    family = [line for line in out["explain"] if line.startswith("family: ")]
+    assert len(family) == 1 and family[0].startswith(verdict_line), out["explain"]
+    assert out["explain"][-1].startswith(f"verdict: {case['expect']['state']}"), out["explain"]

@@ -158,12 +158,18 @@ def detect_screen(
         if is_limit_menu and profile.stop_option is not None:
             menu_choice = next((i.option[0] for i in menu_lines
                                 if i.option and profile.stop_option.search(i.option[1])), None)
+        resting = _resting(after, foot)
         if awaiting is not None:
             note(f"a prompt or menu below the limit line waits for a person: {_quote(awaiting.line.text)}")
+            note(_family(profile, newest, "awaiting_input", "a prompt below the limit line"))
             return Detection(TabState.AWAITING_INPUT, kind, resets_at, window, False, False, None,
                              prompt, awaiting.line.text, _ev(newest).name)
         name = _ev(foot_auto).name if auto and foot_auto is not None and auto_idx < 0 and newest.idx < 0 \
             else _ev(newest).name
+        note(_family(profile, newest, "rate_limited",
+                     *(["the limit menu (a popup in front of the input) has no 'stop and wait' option: left to a human"]
+                       if is_limit_menu and menu_choice is None else []),
+                     *([f"finished/background rows are not activity: {', '.join(resting)}"] if resting else [])))
         return Detection(TabState.RATE_LIMITED, kind, resets_at, window, auto, is_limit_menu,
                          menu_choice, prompt, newest.line.text, name, reset_relative=relative and resets_at is not None)
 
@@ -173,6 +179,7 @@ def detect_screen(
                             and profile.stop_option.search(i.option[1])), None)
         first = next(i for i in menu_lines if i.limit_menu)
         note("the rate-limit options menu is open without its limit line")
+        note(f"family: {_agent(profile)}-limit-menu → rate_limited")
         return Detection(TabState.RATE_LIMITED, LimitKind.USAGE, None, None, False, True, menu_choice,
                          prompt, first.line.text, f"pattern:{profile.agent}/limit-menu")
 
@@ -188,6 +195,7 @@ def detect_screen(
     evidence = last_note.line.text if last_note else None
     detected_by = _ev(last_note).name if last_note else ""
     if awaiting is not None:
+        note(f"family: {_agent(profile)}-awaiting-input → awaiting_input")
         return Detection(TabState.AWAITING_INPUT, note_kind, None, None, prompt_text=prompt,
                          evidence=awaiting.line.text, detected_by=f"marker:{profile.agent}/awaiting")
     retrying = last_note is not None and _ev(last_note).cls in ("retrying", "fallback")
@@ -201,13 +209,42 @@ def detect_screen(
             elif isinstance(shown, str):
                 evidence = evidence or shown
                 detected_by = detected_by or f"marker:{profile.agent}/working-footer"
+        note(_family(profile, last_note, "working") if last_note is not None and retrying
+             else f"family: {_agent(profile)}-working-marker → working")
         return Detection(TabState.WORKING, note_kind, None, None, prompt_text=prompt,
                          evidence=evidence, detected_by=detected_by)
     state = TabState.IDLE if box is not None else TabState.UNKNOWN
+    note(_family(profile, last_note, state.value) if last_note is not None
+         else f"family: none → {state.value} (no limit, prompt or activity on the live bottom)")
     return Detection(state, note_kind, None, None, prompt_text=prompt, evidence=evidence, detected_by=detected_by)
 
 
 _NOTES = ("overload", "retrying", "fallback", "warning")   # events that leave the tab running
+_LABELS = {"usage": "usage-limit", "credits": "spend-cap", "auto_continue": "native-wait", "fallback": "model-fallback",
+           "warnings": "warning", "recovered": "limit-reset", "auto_cancel": "native-wait-cancelled",
+           "user pattern": "user-pattern"}
+
+
+def _agent(profile: Profile) -> str:
+    return "claude" if profile.agent == "claude-code" else profile.agent
+
+
+def _family(profile: Profile, info: _Info, outcome: str, *notes: str) -> str:
+    """The ``detect --explain`` line naming the family that decided, how its line was read, and the outcome:
+    ``family: codex-usage-limit (wrapped line joined: 2 rows) → rate_limited``,
+    ``family: claude-model-fallback → working``."""
+    event = _ev(info)
+    label = _LABELS.get(event.family, event.family)
+    if event.name.split("/")[-1].startswith("overload"):
+        label += " (under load)"
+    how = ([f"wrapped line joined: {info.line.rows} rows"] if info.line.rows > 1 else []) + \
+        (["typographic quotes/spaces normalised"] if info.line.changed else []) + list(notes)
+    return f"family: {_agent(profile)}-{label}" + (f" ({'; '.join(how)})" if how else "") + f" → {outcome}"
+
+
+def _resting(after: Sequence[_Info], foot: Sequence[_Info]) -> list[str]:
+    """The finished or background rows on the live bottom (quoted, at most 3), for ``--explain``."""
+    return [_quote(i.line.text, 60) for i in [*after, *foot] if i.neutral][:3]
 
 
 def _note_kind(event: _Event) -> LimitKind:
