@@ -17,6 +17,12 @@ from the real CLI (2.1.328, 2.1.332) against the provider emulator (notes/real-a
 - spend caps ``You've hit your monthly spend limit`` (credits; usage when the line names a reset),
   model limits ``You've reached your Fable limit.``, ``You're out of extra usage``
 - the options menu ``What do you want to do?`` / ``❯ 1. Stop and wait for limit to reset`` (order varies).
+- a model fallback, never a stop: ``⏺ Claude Opus limit reached, now using Sonnet 4.5``
+  (anthropics/claude-code#11390), ``Opus is experiencing high load, falling back to Sonnet`` (modelled on #44398);
+  the CLI retrying: ``API Error: 529 Overloaded · Retrying in 5 seconds… (attempt 2/10)`` (#3558),
+  ``✻ 529 Overloaded · Retrying in 4s · attempt 6/10`` with its ``⎿ If it persists, …`` detail (#91817).
+- rows that are neither output nor activity: ``✻ Worked for 3m 12s · done 2:15 AM``, ``2 shells running``,
+  ``· 3 background tasks``, ``● Agent "…" failed (error type rate_limit, HTTP 429)`` (modelled on #77591, #40712).
 No I/O.
 """
 
