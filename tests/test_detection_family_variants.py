@@ -36,7 +36,7 @@ UTC = timezone.utc
 FAMILIES = Path(__file__).parent / "fixtures" / "families" / "limit-screens.jsonl"
 CASES = [json.loads(line) for line in FAMILIES.read_text(encoding="utf-8").splitlines() if line.strip()]
 MONTHS = "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split()
-FAST = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
 def at(text: str) -> datetime:
@@ -284,3 +284,22 @@ def test_family4_weekly_line_wrapped_at_every_word_boundary():
         screen = claude(f"{body}\n\n{rows}", footer="  ⏵⏵ accept edits on (shift+tab to cycle) · 2 shells running")
         expect(detect("claude-code", screen, now, "UTC"), TabState.RATE_LIMITED, LimitKind.USAGE, reset, "weekly",
                screen=screen)
+
+
+@pytest.mark.parametrize("template", [
+    "  ⎿  You{a}ve hit your session limit · resets 5:20pm (UTC)",
+    "  ⎿  Claude usage limit reached. Your limit will reset at 5:20pm (UTC).",
+    "● Usage limit reached · continuing automatically at 5:20pm · esc or type to cancel",
+    "  ⎿  You{a}ve hit your limit · resets 5:20pm (UTC) · /upgrade to keep going",
+    "5-hour limit reached ∙ resets 5:20pm",
+])
+def test_claude_limit_lines_wrapped_anywhere_keep_their_reset(template):
+    """The wrap rule is not Codex's alone: Claude Code's limit lines, wrapped at any word boundary or
+    width, with any apostrophe form, keep their reset."""
+    now = at("2026-05-01T10:00:00Z")
+    for apostrophe in APOSTROPHES:
+        line = template.format(a=apostrophe)
+        for body in (line, *word_wraps(line), *width_wraps(line, indent="     ")):
+            result = detect("claude-code", claude(body), now, "UTC")
+            assert result.state is TabState.RATE_LIMITED, (result.to_json(), body)
+            assert result.resets_at == at("2026-05-01T17:20:00Z"), (result.to_json(), body)
