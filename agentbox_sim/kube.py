@@ -246,11 +246,16 @@ class LocalExec:
         """The directory standing for the pod's filesystem: ``sandbox_root/namespace/pod``."""
         return self.sandbox_root / namespace / pod
 
+    nice: int = 0
+    """Niceness of every process run in a pod (0: the bench's and tests' own). A bench sets it to stand the
+    boxes' processes on other nodes than the controller and the API server, as in a cluster: on one machine a
+    burst's 500 tmux servers and agents otherwise take the cores from both (``bench/scale.py --box-nice``)."""
+
     def rewrite_argv(self, namespace: str, pod: str, argv: list[str]) -> list[str]:
-        """Return the argv actually run (``tmux`` gets ``-S <socket>``)."""
+        """Return the argv actually run (``tmux`` gets ``-S <socket>``; under ``nice -n`` when ``nice`` is set)."""
         if argv and argv[0] == "tmux":
-            return ["tmux", "-S", str(self.tmux_socket_for(namespace, pod)), *argv[1:]]
-        return list(argv)
+            argv = ["tmux", "-S", str(self.tmux_socket_for(namespace, pod)), *argv[1:]]
+        return ["nice", "-n", str(self.nice), *argv] if self.nice and argv else list(argv)
 
     async def spawn(self, namespace: str, pod: str, container: str, argv: list[str]) -> asyncio.subprocess.Process:
         """Start ``argv`` with stdin, stdout and stderr as pipes, for a streamed (interactive) exec; no

@@ -325,7 +325,9 @@ class World:
 
         sock = self.sockets(self.namespace, pod)
         env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
-        res = subprocess.run(["tmux", "-S", str(sock), *args], capture_output=True, text=True, env=env, timeout=10)
+        nice = getattr(self.local_exec, "nice", 0)  # the pods' niceness (a bench's), their tmux server's too
+        res = subprocess.run([*(["nice", "-n", str(nice)] if nice else []), "tmux", "-S", str(sock), *args],
+                             capture_output=True, text=True, env=env, timeout=10)
         if check and res.returncode != 0:
             raise RuntimeError(f"tmux {args[0] if args else ''} in pod {pod} exited {res.returncode}: "
                                f"{res.stderr.strip()[:200]}")

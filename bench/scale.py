@@ -290,6 +290,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
         update["resume_write_budget_s"] = args.write_budget
     settings = SETTINGS.model_copy(update=update)
     world = World(workdir / "world", settings)
+    world.local_exec.nice = args.box_nice
     await world.start()
     proc: subprocess.Popen | None = None
     try:
@@ -517,7 +518,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
                  **burst_requests(world, journal_span.get(r), len(members[r]), passes_used.get(r)),
                  "emulator_cpu_s": _r(emu_used.get(r))}
                 for r, v in sorted(lags_of.items())],
-            "load_avg_1m": round(os.getloadavg()[0], 2), "wall_s": round(time.time() - t_start, 1),
+            "load_avg_1m": round(os.getloadavg()[0], 2), "box_nice": args.box_nice, "wall_s": round(time.time() - t_start, 1),
             "streams_open_at_start_of_idle": streams_open0,
             "idle_exec_by_argv": dict(exec_verbs.most_common(8)),
             "idle_requests_by_kind": dict(request_kinds.most_common(10)),
@@ -567,6 +568,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile-lead", type=float, default=0.5,
                    help="with --profile-deadline: start this many seconds before the first burst's deadline "
                         "(default 0.5; the armed text is typed send pause + write budget before it)")
+    p.add_argument("--box-nice", type=int, default=10,
+                   help="niceness of the boxes' processes (tmux servers, tabs, exec'd commands; default 10): in a "
+                        "cluster they run on other nodes than the controller and the API server, here on the same "
+                        "2 cores; 0 lets a burst's 500 tmux servers and agents take the cores from both")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     if not 1 <= args.subscriptions <= args.boxes:

@@ -640,3 +640,22 @@ async def test_a_partition_cuts_one_listener_only(kube: KubeEmulator) -> None:
     # (aiohttp retries a GET once when a reused connection is reset: one or two cut entries)
     assert (other_port, 0) in ports and {port for port, status in ports if status == 0} == {other_port}, ports
     assert [e for e in ports if e[1] != 0] == [(other_port, 200), (main_port, 200), (other_port, 200)], ports
+
+
+async def test_a_niced_pod_runs_its_commands_and_its_tmux_server_niced(tmp_path: pathlib.Path) -> None:
+    """`LocalExec.nice` (a bench's: the boxes stand on other nodes) applies to every command run in a pod,
+    and to the tmux server a command starts (its panes inherit it); 0 runs them as they are."""
+    sockets = TmuxSockets()
+    try:
+        plain = LocalExec(tmp_path / "pods", sockets)
+        base = int((await plain("default", "p", "box", ["nice"], None))[0])
+        niced = LocalExec(tmp_path / "pods", sockets)
+        niced.nice = 5
+        out, _, rc = await niced("default", "p", "box", ["nice"], None)
+        assert rc == 0 and int(out) == min(base + 5, 19)
+        assert (await niced("default", "p", "box", ["no-such-binary"], None))[2] == 127
+        assert (await niced("default", "p", "box", ["tmux", "new-session", "-d", "-s", "s", "sh"], None))[2] == 0
+        pid = int((await plain("default", "p", "box", ["tmux", "display-message", "-p", "#{pane_pid}"], None))[0])
+        assert int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16]) == min(base + 5, 19)
+    finally:
+        sockets.close()
