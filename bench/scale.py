@@ -290,8 +290,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict:
         update["resume_write_budget_s"] = args.write_budget
     settings = SETTINGS.model_copy(update=update)
     world = World(workdir / "world", settings)
-    world.local_exec.nice = args.box_nice
     await world.start()
+    world.local_exec.nice = args.box_nice  # before any pod: every process of the boxes runs niced
     proc: subprocess.Popen | None = None
     try:
         boxes = [f"box-{i:04d}" for i in range(args.boxes)]
