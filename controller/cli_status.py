@@ -97,37 +97,90 @@ def render(boxes: list[dict[str, Any]], subs: list[dict[str, Any]], now: datetim
     return render_table(view, wide=output == "wide", all_namespaces=all_namespaces)
 
 
+class _Interrupt:
+    """Ctrl-C for `--watch`, taken only at the pause between frames.
+
+    A KeyboardInterrupt raised anywhere (inside urllib3 with a pool's lock held, inside a flush) can leave the
+    process unable to close its client and exit. The first SIGINT only sets a flag and wakes the pause (a byte
+    on a self-pipe through :func:`signal.set_wakeup_fd`); a frame being fetched is finished first (at most the
+    request's 15 s timeout). A second SIGINT raises KeyboardInterrupt at once, for an API server that hangs.
+    """
+
+    def __init__(self) -> None:
+        import os
+        import signal
+
+        self.asked = False
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._w, False)
+        self._old_fd = signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+        self._old = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, _signum: int, _frame: Any) -> None:
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+
+    def pause(self, seconds: float) -> None:
+        """Sleep `seconds`, or less when Ctrl-C comes."""
+        import select
+
+        if not self.asked:
+            select.select([self._r], [], [], seconds)
+
+    def close(self) -> None:
+        import os
+        import signal
+
+        signal.signal(signal.SIGINT, self._old)
+        signal.set_wakeup_fd(self._old_fd)
+        os.close(self._r)
+        os.close(self._w)
+
+
 def run_status(ns: argparse.Namespace, clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> int:
-    """Run `status` for parsed arguments; prints to stdout, one line on stderr on failure."""
+    """Run `status` for parsed arguments; prints to stdout, one line on stderr on failure.
+
+    With `--watch`, redraws every `--interval` seconds until Ctrl-C (exit 0): see :class:`_Interrupt`.
+    """
     try:
         api, context_ns = connect(ns.kubeconfig, ns.context)
     except StatusError as exc:
         print(f"status: {exc}", file=sys.stderr)
         return exc.code
     namespace = None if ns.all_namespaces else (ns.namespace or context_ns)
+    if not ns.watch:
+        try:
+            boxes, subs = fetch(api, namespace)
+        except StatusError as exc:
+            print(f"status: {exc}", file=sys.stderr)
+            return exc.code
+        finally:
+            api.close()
+        sys.stdout.write(render(boxes, subs, clock(), ns.output, namespace is None))
+        return EXIT_OK
+    interrupt = _Interrupt()
     try:
-        while True:
+        while not interrupt.asked:
             try:
                 boxes, subs = fetch(api, namespace)
             except StatusError as exc:
                 print(f"status: {exc}", file=sys.stderr)
-                if not ns.watch:
-                    return exc.code
-                time.sleep(max(0.2, ns.interval))
+                interrupt.pause(max(0.2, ns.interval))
                 continue
+            if interrupt.asked:
+                break
             text = render(boxes, subs, clock(), ns.output, namespace is None)
-            if ns.watch:
-                where = "all namespaces" if namespace is None else f"namespace {namespace}"
-                stamp = clock().astimezone(timezone.utc).strftime("%H:%M:%SZ")
-                # Clear the screen and home the cursor between frames (as `watch` does).
-                sys.stdout.write("\x1b[H\x1b[2J" + f"{where} · {stamp} · every {ns.interval:g}s, Ctrl-C to stop\n\n"
-                                 + text)
-                sys.stdout.flush()
-                time.sleep(max(0.2, ns.interval))
-                continue
-            sys.stdout.write(text)
-            return EXIT_OK
+            where = "all namespaces" if namespace is None else f"namespace {namespace}"
+            stamp = clock().astimezone(timezone.utc).strftime("%H:%M:%SZ")
+            # Clear the screen and home the cursor between frames (as `watch` does).
+            sys.stdout.write("\x1b[H\x1b[2J" + f"{where} · {stamp} · every {ns.interval:g}s, Ctrl-C to stop\n\n"
+                             + text)
+            sys.stdout.flush()
+            interrupt.pause(max(0.2, ns.interval))
     except KeyboardInterrupt:
-        return EXIT_OK
+        return EXIT_OK      # the second Ctrl-C: the client may hold a lock mid-request, so it is not closed
     finally:
-        api.close()
+        interrupt.close()
+    api.close()
+    return EXIT_OK

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -161,8 +162,25 @@ async def test_status_watch_redraws_until_interrupted(world: World):
         proc.send_signal(signal.SIGINT)
         # Read what it printed meanwhile and after: a plugin blocked on a full pipe (frames every 0.3 s that
         # this test stopped reading, under load) could not exit, and its last flush at exit would wait forever.
-        await asyncio.wait_for(proc.communicate(), 15)
+        try:
+            await asyncio.wait_for(proc.communicate(), 15)
+        except asyncio.TimeoutError:
+            stack = await _py_stack(proc.pid)
+            proc.kill()
+            await proc.wait()
+            pytest.fail(f"the plugin did not exit within 15 s of Ctrl-C; its stack:\n{stack}")
     assert proc.returncode == 0
+
+
+async def _py_stack(pid: int) -> str:
+    """The Python stack of a live process by py-spy (a diagnostic for a hang), or why there is none."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        return "(no py-spy)"
+    dump = await asyncio.create_subprocess_exec(spy, "dump", "--pid", str(pid), stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(dump.communicate(), 20)
+    return out.decode(errors="replace")
 
 
 @pytest.mark.component
@@ -210,3 +228,37 @@ def test_view_never_raises_on_missing_or_malformed_status():
     text = render_table(view, wide=True)
     assert "codex" in text and "·········" in text
     assert render_table(build_view([], [], now)) == "No AgentBoxes or Subscriptions found.\n"
+
+
+class _Api:
+    closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_watch_ctrl_c_during_a_fetch_lands_between_frames(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str], presses: int):
+    """Ctrl-C while a frame is fetched: one press finishes the fetch, draws nothing more and closes the client;
+    a second press (an API server that hangs) leaves at once without touching the client's pool."""
+    from controller import cli_status
+
+    api = _Api()
+    fetched = []
+
+    def fetch(_api: Any, _ns: str | None) -> tuple[list[Any], list[Any]]:
+        fetched.append(1)
+        for _ in range(presses):
+            signal.raise_signal(signal.SIGINT)
+        return [], []
+
+    before = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(cli_status, "connect", lambda *_: (api, "default"))
+    monkeypatch.setattr(cli_status, "fetch", fetch)
+    ns = cli_status.argparse.Namespace(kubeconfig=None, context=None, all_namespaces=False, namespace=None,
+                                       watch=True, interval=60.0, output="table")
+    assert cli_status.run_status(ns) == 0
+    assert fetched == [1] and "\x1b[2J" not in capsys.readouterr().out
+    assert api.closed == (1 if presses == 1 else 0)
+    assert signal.getsignal(signal.SIGINT) is before
