@@ -114,3 +114,33 @@ async def test_release_all_stops_serving_then_empties_the_holders(kube: KubeEmul
     await a.look()
     await a.release_all()
     assert stopped == [("a", {0, 1, 2, 3})] and holders(kube) == [None] * 4 and a.served == frozenset()
+
+
+class SlowLeaseWrites:
+    """A transport whose Lease writes each take `delay_s` (an API server under load)."""
+
+    def __init__(self, rest: Rest, delay_s: float) -> None:
+        self.rest, self.delay_s = rest, delay_s
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        if method in ("PUT", "POST"):
+            await asyncio.sleep(self.delay_s)
+        return await self.rest.request(method, path, **kwargs)
+
+
+async def test_a_look_renews_every_held_shard_in_one_round_trip(kube: KubeEmulator, rest: Rest):
+    """Four shards held and writes that take 0.4 s: one look renews them all within one write's time (one
+    after the other, the first shard's renewals were a whole look apart and missed the renew deadline)."""
+    clock, stopped, exits = Clock(), [], []
+    a = replica(rest, "a", clock, stopped, exits)
+    await a.look()
+    assert a.served == {0, 1, 2, 3}
+    a.rest = SlowLeaseWrites(rest, 0.4)  # type: ignore[assignment]
+    clock.advance(1)
+    before = dict(a.renewed_sent)
+    started = asyncio.get_running_loop().time()
+    await a.look()
+    took = asyncio.get_running_loop().time() - started
+    assert all(a.renewed_sent[s] > before[s] for s in range(4)), "every shard renewed"
+    assert max(a.renewed_sent.values()) - min(a.renewed_sent.values()) < 0.2, "the renewals went out together"
+    assert took < 4 * 0.4, f"one look took {took:.2f} s"

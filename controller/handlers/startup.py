@@ -96,7 +96,13 @@ async def _start_sharding(settings: kopf.OperatorSettings, memo: kopf.Memo, ops:
 
     prefix, namespace, timings, identity = memo.shard_leases
     sharding = Sharding(ops.shards, ops.shard_by, ops.shard_label)
-    leases = ShardLeases(rest, namespace, prefix, ops.shards, identity, timings, clock=utcnow,
+    # The Leases have a lane of their own (a session and no request slots shared with the handlers'
+    # requests): a replica taking over a dead one's shards queues hundreds of requests at once, and a renewal
+    # waiting behind them missed the renew deadline (the replica ended; its peers too, in a cascade).
+    lane = Rest(rest.cfg, max_requests=0, timeout_s=max(1.0, timings.renew_deadline_s / 3),
+                connect_timeout_s=max(1.0, timings.renew_deadline_s / 3), keepalive_s=float(ops.kube_keepalive_s))
+    memo.shard_rest = lane
+    leases = ShardLeases(lane, namespace, prefix, ops.shards, identity, timings, clock=utcnow,
                          stop_serving=sharding.stop_serving, on_change=sharding.changed,
                          exit=getattr(memo, "shard_exit", None))
     sharding.served = lambda: leases.served
@@ -162,6 +168,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if shard_task is not None:  # stop serving and give the shard Leases back, before the session closes
         memo.shard_stop.set()
         await shard_task
+        await memo.shard_rest.aclose()
     before = getattr(memo, "gc_before", None)
     if before is not None:
         gc.set_threshold(*before)

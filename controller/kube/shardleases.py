@@ -253,7 +253,8 @@ class ShardLeases:
                 if await self._write(names[shard], lease, spec) is not None:
                     logger.info("Gave the shard Lease %s back", names[shard])
         duration = int(self.timings.lease_duration_s)
-        for shard in plan.renew + plan.acquire:
+
+        async def hold(shard: int) -> None:
             lease = leases[shard]
             spec = dict((lease or {}).get("spec") or {})
             stamp = _micro(self.clock())
@@ -268,6 +269,10 @@ class ShardLeases:
                 self._record(names[shard], answer, now)
                 if shard in plan.acquire:
                     logger.info("Acquired the shard Lease %s/%s as %s", self.namespace, names[shard], self.identity)
+
+        # Every renewal and take at once: one round trip a look whatever the number of shards held (one after
+        # the other, a slow API server made the first shard's renewals a look's duration apart).
+        await asyncio.gather(*(hold(shard) for shard in plan.renew + plan.acquire))
         if self.served != before and self.on_change is not None:
             self.on_change()
 
