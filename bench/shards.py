@@ -395,6 +395,9 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             "cpu_idle_cores": round((c1[x.name] - c0[x.name]) / idle_s, 4),
             "rss_mib": round(proc_rss_mib(x.pid), 1),
             "api_requests_per_min": round(sum(1 for e in idle_journal if e.port == x.port) * 60 / idle_s, 1),
+            # of which the shard Leases' and the heartbeat's (a look every retry period: every Lease read)
+            "lease_requests_per_min": round(sum(1 for e in idle_journal if e.port == x.port and "/leases" in e.path)
+                                            * 60 / idle_s, 1),
             "watch_connections": max((w for w, _ in x.samples), default=0),
             "exec_connections_mean": round(sum(e for _, e in x.samples) / max(1, len(x.samples)), 1),
             "exec_connections_max": max((e for _, e in x.samples), default=0),
