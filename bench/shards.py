@@ -247,6 +247,19 @@ async def start_replica(world: World, workdir: pathlib.Path, name: str) -> Repli
     return Replica(name, int(url.rsplit(":", 1)[1]), proc)
 
 
+class ReplicaExited(RuntimeError):
+    """A replica ended by itself (not the one the bench killed)."""
+
+
+def exit_reason(logfile: pathlib.Path) -> str:
+    """The last WARNING/ERROR line of a replica's log (why it exited), without its timestamp."""
+    try:
+        lines = [ln for ln in logfile.read_text(errors="replace").splitlines() if "WARNING" in ln or "ERROR" in ln]
+    except OSError:
+        return ""
+    return lines[-1].split("] ", 2)[-1][:200] if lines else ""
+
+
 def limit_text(reset: float) -> str:
     """The Claude Code limit line for a reset at epoch `reset` (its clock computed now, in UTC)."""
     clock = claude_clock(datetime.fromtimestamp(reset, timezone.utc), "UTC")
@@ -328,6 +341,13 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
     world.kube.add_change_listener(on_box)
 
     replicas: list[Replica] = []
+    expected_dead: set[str] = set()
+
+    def check_alive() -> None:
+        dead = [x for x in replicas if not x.alive() and x.name not in expected_dead]
+        if dead:
+            why = [exit_reason(workdir / f"{x.name}.log") for x in dead]
+            raise ReplicaExited(f"{', '.join(x.name for x in dead)} exited: {why}")
     try:
         # ---------------------------------------------------------------- setup
         for r in range(args.replicas):
@@ -365,12 +385,19 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
                     spec["whenAgentStops"] = {"resumeAfterReset": True, "rotation": {"enabled": True}}
                 await world.add_box(box, "claude-code", f"sub-{sub_of[box]}", **spec)
         await asyncio.gather(*(add_sub(s) for s in range(args.subscriptions)))
-        await asyncio.gather(*(add_box(b) for b in boxes))
+        t_create = time.monotonic()
+        for k in range(0, len(boxes), 10):  # paced: `--create-rate` boxes a second
+            await asyncio.gather(*(add_box(b) for b in boxes[k:k + 10]))
+            await asyncio.sleep(max(0.0, t_create + (k + 10) / args.create_rate - time.monotonic()))
+            check_alive()
         log(f"{args.subscriptions} subscriptions, {args.boxes} boxes created in {time.time() - t_start:.0f}s")
 
         def streamed() -> int:
             return sum(1 for b in boxes if b in fake.tabs and fake.tabs[b].streams)
-        await wait_for(lambda: streamed() >= args.boxes, args.setup_timeout, every=1.0, what="every box streamed",
+        def all_streamed() -> bool:
+            check_alive()
+            return streamed() >= args.boxes
+        await wait_for(all_streamed, args.setup_timeout, every=1.0, what="every box streamed",
                        progress=lambda: f"{streamed()}/{args.boxes} streamed, {len(fake.tabs)} pods running, "
                                         f"load {os.getloadavg()[0]:.1f}")
         await asyncio.sleep(5)  # first passes settle
@@ -384,6 +411,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
         e0 = sum(fake.oneshot.values())
         t0 = time.monotonic()
         while time.monotonic() - t0 < args.idle:
+            check_alive()
             for x in replicas:
                 x.samples.append((conns.watch[x.port], conns.exec[x.port]))
             await asyncio.sleep(1.0)
@@ -430,6 +458,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
                 victim_boxes = [b for b in members if owner[b] == kill.pid]
                 all_victim_boxes = [b for b in boxes if owner_pid[shard_of(ns, b, args.shards)] == kill.pid]
                 await asyncio.sleep(max(0.0, due - 3 - time.time()))
+                expected_dead.add(kill.name)
                 kill.proc.kill()
                 killed = time.time()
                 log(f"SIGKILLed {kill.name} (shards {victim_shards}, {len(all_victim_boxes)} boxes)")
@@ -455,6 +484,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             pending = set(members)
             end = due + args.timeout
             while pending and time.time() < end:
+                check_alive()
                 pending = {b for b in pending if not any(t >= since for t, _ in fake.tabs[b].submits)}
                 await asyncio.sleep(0.2)
             cpu_used = {x.name: round(proc_cpu_s(x.pid) - cpu_before[x.name], 2) for x in replicas}
@@ -604,6 +634,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=90.0, help="give up on a tab this long after its instant")
     p.add_argument("--settle", type=float, default=4.0, help="seconds after the last resume for a second one to show")
     p.add_argument("--setup-timeout", type=float, default=900.0, help="longest wait for every box streamed")
+    p.add_argument("--create-rate", type=float, default=50.0,
+                   help="AgentBoxes created a second at setup (default 50; see bench/README.md: a creation storm "
+                        "starves the replicas' shard Lease renewals)")
     p.add_argument("--no-failover", action="store_true", help="no second burst with a replica killed")
     p.add_argument("--workdir", default=None, help="where logs go (default: a temporary directory, removed)")
     p.add_argument("--verbose", action="store_true")
@@ -621,11 +654,15 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         result = asyncio.run(bench(args, workdir))
+    except ReplicaExited as exc:
+        log(str(exc))
+        result = {"error": str(exc), "boxes": args.boxes, "replicas": args.replicas, "shards": args.shards,
+                  "load_avg_1m": round(os.getloadavg()[0], 2)}
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result), flush=True)
-    bad = result["lost"] or result["double"] or result["early"] or result["wrong_text"]
+    bad = "error" in result or result["lost"] or result["double"] or result["early"] or result["wrong_text"]
     return 1 if bad else 0
 
 
