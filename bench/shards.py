@@ -260,6 +260,15 @@ def exit_reason(logfile: pathlib.Path) -> str:
     return lines[-1].split("] ", 2)[-1][:200] if lines else ""
 
 
+async def api_latency(world: World) -> float:
+    """Seconds one GET of a Lease list takes at the emulated API server now (its queue, as a replica sees it)."""
+    started = time.monotonic()
+    assert world._session is not None
+    async with world._session.get(f"/apis/coordination.k8s.io/v1/namespaces/{world.namespace}/leases") as resp:
+        await resp.read()
+    return time.monotonic() - started
+
+
 def limit_text(reset: float) -> str:
     """The Claude Code limit line for a reset at epoch `reset` (its clock computed now, in UTC)."""
     clock = claude_clock(datetime.fromtimestamp(reset, timezone.utc), "UTC")
@@ -358,6 +367,13 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             counts = Counter(held)
             return None not in held and all(counts[x.pid] in (args.shards // args.replicas,
                                                               -(-args.shards // args.replicas)) for x in replicas)
+        latency = [0.0]
+
+        async def probe() -> None:
+            while True:
+                latency.append(await api_latency(world))
+                await asyncio.sleep(1.0)
+        prober = loop.create_task(probe())
         peers = PeerMap(int(world.provider.url.rsplit(":", 1)[1]), replicas)
         sampler = loop.create_task(peers.run())
         if not await wait_for(split, 90, what="the shard split"):
@@ -390,6 +406,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             await asyncio.gather(*(add_box(b) for b in boxes[k:k + 10]))
             await asyncio.sleep(max(0.0, t_create + (k + 10) / args.create_rate - time.monotonic()))
             check_alive()
+            if k % 500 == 0:
+                log(f"{k} boxes created; API latency {await api_latency(world):.2f}s, load {os.getloadavg()[0]:.1f}")
         log(f"{args.subscriptions} subscriptions, {args.boxes} boxes created in {time.time() - t_start:.0f}s")
 
         def streamed() -> int:
@@ -399,6 +417,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             return streamed() >= args.boxes
         await wait_for(all_streamed, args.setup_timeout, every=1.0, what="every box streamed",
                        progress=lambda: f"{streamed()}/{args.boxes} streamed, {len(fake.tabs)} pods running, "
+                                        f"API latency {latency[-1]:.2f}s, "
                                         f"load {os.getloadavg()[0]:.1f}")
         await asyncio.sleep(5)  # first passes settle
         setup_s = time.time() - t_start
@@ -437,14 +456,18 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
         def minute_after(lead: float) -> float:
             return math.ceil((time.time() + lead) / 60) * 60.0
 
-        async def burst(subs: list[int], kill: Replica | None = None) -> dict[str, Any]:
+        async def burst(subs: list[int], kill: Replica | None = None, state: dict[str, Any] | None = None
+                        ) -> dict[str, Any]:
             members = [b for b in boxes if sub_of[b] in subs]
+            state = {} if state is None else state
+            state.update(members=members)
             reset = minute_after(args.lead)
             due = reset + settings.resume_margin_s
             for s in subs:
                 world.provider.set_windows(f"acct-{s}", five_hour=(100.0, datetime.fromtimestamp(reset, timezone.utc)),
                                            weekly=(20.0, week))
             since = time.time()
+            state.update(since=since, reset=reset, due=due)
             line = limit_text(reset)
             for b in members:
                 fake.limit(b, line)
@@ -463,13 +486,19 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
                 killed = time.time()
                 log(f"SIGKILLed {kill.name} (shards {victim_shards}, {len(all_victim_boxes)} boxes)")
 
+                failover = {"killed": kill.name, "shards": victim_shards, "boxes": len(all_victim_boxes)}
+                state["failover"] = failover
+
                 def taken() -> bool:
+                    check_alive()
                     held = holders(world, args.shards)
                     return all(held[i] not in (None, kill.pid) for i in victim_shards)
                 await wait_for(taken, 60, every=0.1, what="the victim's shards taken")
                 t_taken = time.time() - killed
+                failover["leases_taken_s"] = round(t_taken, 2)
 
                 def reattached() -> int:
+                    check_alive()
                     return sum(1 for b in all_victim_boxes if any(t > killed for t in fake.tabs[b].opened))
                 await wait_for(lambda: reattached() >= len(all_victim_boxes), 120, every=0.2,
                                what="the victim's boxes streamed again",
@@ -477,10 +506,9 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
                 t_served = time.time() - killed
                 firsts = sorted(min(t for t in fake.tabs[b].opened if t > killed) - killed
                                 for b in all_victim_boxes if any(t > killed for t in fake.tabs[b].opened))
-                failover = {"killed": kill.name, "shards": victim_shards, "boxes": len(all_victim_boxes),
-                            "leases_taken_s": round(t_taken, 2), "boxes_served_again_s": round(t_served, 2),
+                failover.update({"boxes_served_again_s": round(t_served, 2),
                             "box_streamed_again_p50_s": pct(firsts, 50), "box_streamed_again_p99_s": pct(firsts, 99),
-                            "due_boxes_of_victim": len(victim_boxes)}
+                            "due_boxes_of_victim": len(victim_boxes)})
             pending = set(members)
             end = due + args.timeout
             while pending and time.time() < end:
@@ -549,7 +577,17 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
         if args.replicas > 1 and not args.no_failover:
             counts = Counter(holders(world, args.shards))
             victim = max(replicas, key=lambda x: (counts[x.pid], x.name))
-            b2 = await burst(others[args.burst_subs:2 * args.burst_subs], kill=victim)
+            state: dict[str, Any] = {}
+            try:
+                b2 = await burst(others[args.burst_subs:2 * args.burst_subs], kill=victim, state=state)
+            except ReplicaExited as exc:  # a survivor exited: what was measured, and the tabs it left
+                log(str(exc))
+                out = due_outcome(fake, state.get("members", []), state.get("since", 0.0), state.get("reset", 0.0),
+                                  state.get("due", 0.0))
+                b2 = {"error": str(exc), "tabs": len(state.get("members", [])), "resumed": len(out["lags"]),
+                      "lost": len(out["lost"]), "double": len(out["double"]), "early": len(out["early"]),
+                      "wrong_text": len(out["wrong"]), "failover": state.get("failover", {}),
+                      "load_avg_1m": round(os.getloadavg()[0], 2)}
 
         # ---------------------------------------------------------------- figures
         readers: dict[str, set[int]] = defaultdict(set)
@@ -559,6 +597,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
                     f"/{C.SUBSCRIPTION_PLURAL}/" in e.path and e.path.endswith("/status"):
                 readers[e.path.rsplit("/", 2)[-2]].add(e.port)
         sampler.cancel()
+        prober.cancel()
         peers.sample()
         callers: dict[str, set[str]] = defaultdict(set)
         usage_reads: Counter[str] = Counter()
@@ -576,7 +615,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
                                 **idle[x.name], "cpu_total_s": round(proc_cpu_s(x.pid), 1),
                                 "burst_cpu_s": b1["cpu_s"].get(x.name)})
         bursts = [b for b in (b1, b2) if b is not None]
-        exits = [x.name for x in replicas if not x.alive() and (b2 is None or x.name != b2["failover"]["killed"])]
+        exits = {x.name: exit_reason(workdir / f"{x.name}.log") for x in replicas
+                 if not x.alive() and x.name not in expected_dead}
         return {
             "boxes": args.boxes, "subscriptions": args.subscriptions, "replicas": args.replicas,
             "shards": args.shards, "emulated": EMULATED, "setup_s": round(setup_s, 1), "idle_s": round(idle_s, 1),
@@ -595,13 +635,18 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             "oneshot_exec_by_kind": dict(fake.oneshot.most_common(10)),
             "per_replica": per_replica,
             "burst": b1, "rotation": rotation, "failover_burst": b2,
-            "failover_s": b2["failover"]["boxes_served_again_s"] if b2 else None,
+            "failover_s": b2["failover"].get("boxes_served_again_s") if b2 else None,
             "resume_margin_s": settings.resume_margin_s, "resume_prepare_s": settings.resume_prepare_s,
             "load_avg_idle_1m": round(load_idle, 2), "load_avg_1m": round(os.getloadavg()[0], 2),
             "emulator_cpu_s": round(time.process_time(), 1), "emulator_rss_mib": round(proc_rss_mib(os.getpid()), 1),
-            "server_errors": len(world.kube.server_errors), "wall_s": round(time.time() - t_start, 1),
+            "server_errors": len(world.kube.server_errors),
+            "api_latency_max_s": round(max(latency), 2),  # a Lease list GET by the bench, every second "wall_s": round(time.time() - t_start, 1),
         }
     finally:
+        with open(workdir / "leases.journal", "w") as fh:  # every Lease request: when, which replica, status
+            for e in world.kube.journal:
+                if "/leases" in e.path:
+                    fh.write(f"{e.at:.3f} {e.port} {e.method} {e.path.rsplit('/', 1)[-1]} {e.status}\n")
         for x in replicas:
             if x.alive():
                 x.proc.send_signal(signal.SIGTERM)
