@@ -165,6 +165,13 @@ class Replica:
     def __init__(self, name: str, port: int, proc: subprocess.Popen[bytes]) -> None:
         self.name, self.port, self.proc = name, port, proc
         self.samples: list[tuple[int, int]] = []  # (watch, exec) connections, one per second of the idle window
+        self._cpu = 0.0
+
+    def cpu_s(self) -> float:
+        """CPU seconds so far (the last value read once the process is gone)."""
+        if self.alive():
+            self._cpu = proc_cpu_s(self.proc.pid) or self._cpu
+        return self._cpu
 
     @property
     def pid(self) -> int:
@@ -398,7 +405,10 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             async with sem:
                 spec: dict[str, Any] = {}
                 if sub_of[box] in rot_subs:
-                    spec["whenAgentStops"] = {"resumeAfterReset": True, "rotation": {"enabled": True}}
+                    # onto the last Subscription, which no burst limits (its usage stays at 50 %)
+                    spec["whenAgentStops"] = {"resumeAfterReset": True, "rotation": {
+                        "enabled": True, "group": "Selected",
+                        "subscriptions": [f"sub-{sub_of[box]}", f"sub-{args.subscriptions - 1}"]}}
                 await world.add_box(box, "claude-code", f"sub-{sub_of[box]}", **spec)
         await asyncio.gather(*(add_sub(s) for s in range(args.subscriptions)))
         t_create = time.monotonic()
@@ -426,7 +436,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
 
         # ---------------------------------------------------------------- idle
         j0 = len(world.kube.journal)
-        c0 = {x.name: proc_cpu_s(x.pid) for x in replicas}
+        c0 = {x.name: x.cpu_s() for x in replicas}
         e0 = sum(fake.oneshot.values())
         t0 = time.monotonic()
         while time.monotonic() - t0 < args.idle:
@@ -435,7 +445,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
                 x.samples.append((conns.watch[x.port], conns.exec[x.port]))
             await asyncio.sleep(1.0)
         idle_s = time.monotonic() - t0
-        c1 = {x.name: proc_cpu_s(x.pid) for x in replicas}
+        c1 = {x.name: x.cpu_s() for x in replicas}
         idle_journal = world.kube.journal[j0:]
         idle_oneshots = sum(fake.oneshot.values()) - e0
         idle = {x.name: {
@@ -474,13 +484,14 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             owner_pid = holders(world, args.shards)
             owner = {b: owner_pid[shard_of(ns, b, args.shards)] for b in members}
             log(f"burst: {len(members)} tabs limited, resume instant in {due - time.time():.0f}s")
-            cpu_before = {x.name: proc_cpu_s(x.pid) for x in replicas}
+            cpu_before = {x.name: x.cpu_s() for x in replicas}
             failover: dict[str, Any] = {}
             if kill is not None:
                 victim_shards = [i for i, p in enumerate(owner_pid) if p == kill.pid]
                 victim_boxes = [b for b in members if owner[b] == kill.pid]
                 all_victim_boxes = [b for b in boxes if owner_pid[shard_of(ns, b, args.shards)] == kill.pid]
                 await asyncio.sleep(max(0.0, due - 3 - time.time()))
+                kill.cpu_s()  # its last CPU figure
                 expected_dead.add(kill.name)
                 kill.proc.kill()
                 killed = time.time()
@@ -515,7 +526,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
                 check_alive()
                 pending = {b for b in pending if not any(t >= since for t, _ in fake.tabs[b].submits)}
                 await asyncio.sleep(0.2)
-            cpu_used = {x.name: round(proc_cpu_s(x.pid) - cpu_before[x.name], 2) for x in replicas}
+            cpu_used = {x.name: round(x.cpu_s() - cpu_before[x.name], 2) for x in replicas}
             await asyncio.sleep(args.settle)  # a second continue would show here
             out = due_outcome(fake, members, since, reset, due)
             lags = out["lags"]
@@ -557,6 +568,11 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
                 any(t >= t_rot and text == "continue" for t, text in fake.tabs[b].submits) for b in rot_boxes),
                 args.timeout, every=0.2, what="every rotation box switched and continued")
             await asyncio.sleep(args.settle)
+            stuck = [b for b in rot_boxes if not any(t >= t_rot and text == "continue" for t, text in fake.tabs[b].submits)]
+            if stuck:  # what the controller said about the first one
+                status = (world.box(stuck[0]) or {}).get("status") or {}
+                log(f"rotation: {stuck[0]} got no continue; status {json.dumps(status)[:1500]}; keys "
+                    f"{fake.tabs[stuck[0]].keys[-5:]}")
             reactions = [switched_at[b][0] - t_rot for b in rot_boxes if b in switched_at]
             continued = [min(t for t, text in fake.tabs[b].submits if t >= t_rot and text == "continue") - t_rot
                          for b in rot_boxes if any(t >= t_rot and text == "continue" for t, text in fake.tabs[b].submits)]
@@ -612,7 +628,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             mine = [b for b in boxes if final[shard_of(ns, b, args.shards)] == x.pid] if x.alive() else []
             per_replica.append({"name": x.name, "pid": x.pid, "alive": x.alive(),
                                 "shards_at_end": held[x.pid], "boxes_at_end": len(mine),
-                                **idle[x.name], "cpu_total_s": round(proc_cpu_s(x.pid), 1),
+                                **idle[x.name], "cpu_total_s": round(x.cpu_s(), 1),
                                 "burst_cpu_s": b1["cpu_s"].get(x.name)})
         bursts = [b for b in (b1, b2) if b is not None]
         exits = {x.name: exit_reason(workdir / f"{x.name}.log") for x in replicas
@@ -690,8 +706,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("need boxes >= subscriptions >= 1, replicas >= 1, shards >= 2")
     if args.burst_subs is None:
         args.burst_subs = max(1, args.subscriptions // 10)
-    if args.rotation_subs + 2 * args.burst_subs > args.subscriptions:
-        p.error("rotation-subs + 2 x burst-subs must not exceed subscriptions")
+    if args.rotation_subs + 2 * args.burst_subs >= args.subscriptions:
+        p.error("rotation-subs + 2 x burst-subs must be less than subscriptions (the last one is the rotation's)")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     keep = args.workdir is not None
