@@ -656,7 +656,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             "load_avg_idle_1m": round(load_idle, 2), "load_avg_1m": round(os.getloadavg()[0], 2),
             "emulator_cpu_s": round(time.process_time(), 1), "emulator_rss_mib": round(proc_rss_mib(os.getpid()), 1),
             "server_errors": len(world.kube.server_errors),
-            "api_latency_max_s": round(max(latency), 2),  # a Lease list GET by the bench, every second "wall_s": round(time.time() - t_start, 1),
+            "api_latency_max_s": round(max(latency), 2),  # a Lease list GET by the bench, every second
+            "wall_s": round(time.time() - t_start, 1),
         }
     finally:
         with open(workdir / "leases.journal", "w") as fh:  # every Lease request: when, which replica, status
