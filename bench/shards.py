@@ -41,7 +41,7 @@ reader's writes) between the split and the kill; 1 means one reader in exactly o
 
 Final line: one JSON object. Exit 1 if lost, double, early or wrong_text is not 0.
 
-Usage: .venv/bin/python bench/shards.py [--boxes 2000] [--subscriptions 200] [--replicas 3] [--shards 12]
+Usage: .venv/bin/python bench/shards.py [--boxes 1000] [--subscriptions 100] [--replicas 3] [--shards 12]
        [--idle 60] [--burst-subs 20] [--rotation-subs 2] [--lead 30]
 """
 
@@ -681,8 +681,8 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
 def main(argv: list[str] | None = None) -> int:
     """Run the bench (see the module docstring); 0 when nothing was lost, doubled, early or wrong."""
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--boxes", type=int, default=2000)
-    p.add_argument("--subscriptions", type=int, default=200)
+    p.add_argument("--boxes", type=int, default=1000)
+    p.add_argument("--subscriptions", type=int, default=100)
     p.add_argument("--replicas", type=int, default=3)
     p.add_argument("--shards", type=int, default=12, help="settings.shards (default 12: 4 per replica of 3)")
     p.add_argument("--idle", type=float, default=60.0, help="seconds of the idle window (default 60)")
@@ -696,8 +696,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=90.0, help="give up on a tab this long after its instant")
     p.add_argument("--settle", type=float, default=4.0, help="seconds after the last resume for a second one to show")
     p.add_argument("--setup-timeout", type=float, default=900.0, help="longest wait for every box streamed")
-    p.add_argument("--create-rate", type=float, default=50.0,
-                   help="AgentBoxes created a second at setup (default 50; see bench/README.md: a creation storm "
+    p.add_argument("--create-rate", type=float, default=20.0,
+                   help="AgentBoxes created a second at setup (default 20; see bench/README.md: a creation storm "
                         "starves the replicas' shard Lease renewals)")
     p.add_argument("--no-failover", action="store_true", help="no second burst with a replica killed")
     p.add_argument("--workdir", default=None, help="where logs go (default: a temporary directory, removed)")
