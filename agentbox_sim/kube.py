@@ -309,7 +309,13 @@ class LocalExec:
 
     @staticmethod
     async def _kill(proc: asyncio.subprocess.Process) -> None:
-        """Kill the command's whole process group (it runs in its own session) and reap it."""
+        """Kill the command's whole process group (it runs in its own session) and reap it. A process object
+        of an in-process handler (``agentbox_sim.fake_tabs``) has ``kill_emulated()`` instead."""
+        kill = getattr(proc, "kill_emulated", None)
+        if kill is not None:
+            kill()
+            await proc.wait()
+            return
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

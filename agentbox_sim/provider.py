@@ -97,6 +97,12 @@ class RecordedRequest:
     headers: dict[str, str]
     status: int = 0
     at: float = 0.0
+    peer_port: int = 0  # the client's source port (which process sent it: bench/shards.py maps it to a replica)
+
+
+def _peer_port(request: web.Request) -> int:
+    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+    return int(peer[1]) if peer else 0
 
 
 @dataclass
@@ -569,6 +575,7 @@ class ProviderEmulator:
                     headers={k: request.headers[k] for k in HEADERS_OF_INTEREST if k in request.headers},
                     status=status,
                     at=arrived,
+                    peer_port=_peer_port(request),
                 )
             )
 
