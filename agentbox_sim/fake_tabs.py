@@ -85,19 +85,38 @@ class FakeTab:
             stream.emit(f"%output {PANE} x\n")
 
 
-class FakeControl:
-    """One ``tmux -C attach`` of a fake tab, as a process object for `KubeEmulator._serve_exec_stream`
-    (``stdin.write``/``drain``/``close``, ``stdout``/``stderr`` readers, ``wait()``, ``returncode``;
-    ``kill_emulated()`` instead of a process group to kill)."""
+class _FakeProcess:
+    """What `KubeEmulator._serve_exec_stream` needs of a process (``stdin.write``/``drain``/``close``,
+    ``stdout``/``stderr`` readers, ``wait()``, ``returncode``); subclasses feed stdin (`feed`) and end (`end`)."""
 
-    def __init__(self, owner: "FakeTabs", tab: FakeTab) -> None:
-        self.owner, self.tab = owner, tab
+    def __init__(self) -> None:
         self.stdout = asyncio.StreamReader()
         self.stderr = asyncio.StreamReader()
         self.stdin = _Stdin(self)
         self.returncode: int | None = None
         self.pid = 0
         self._done = asyncio.Event()
+
+    def feed(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def end(self, rc: int = 0) -> None:
+        raise NotImplementedError
+
+    async def wait(self) -> int:
+        """Wait until the process ended; its exit code."""
+        await self._done.wait()
+        return self.returncode if self.returncode is not None else 0
+
+
+class FakeControl(_FakeProcess):
+    """One ``tmux -C attach`` of a fake tab, as a process object for `KubeEmulator._serve_exec_stream`
+    (``stdin.write``/``drain``/``close``, ``stdout``/``stderr`` readers, ``wait()``, ``returncode``;
+    ``kill_emulated()`` instead of a process group to kill)."""
+
+    def __init__(self, owner: "FakeTabs", tab: FakeTab) -> None:
+        super().__init__()
+        self.owner, self.tab = owner, tab
         self._buffer = b""
         self._number = 0
         tab.streams.add(self)
@@ -148,25 +167,15 @@ class FakeControl:
         """What a SIGKILL of the control client would do."""
         self.end(137)
 
-    async def wait(self) -> int:
-        """Wait until the stream ended; its exit code."""
-        await self._done.wait()
-        return self.returncode if self.returncode is not None else 0
 
-
-class FakeCommand:
+class FakeCommand(_FakeProcess):
     """A one-shot command run with its stdin streamed (the emulator streams every exec with stdin, e.g. a login
     file written from stdin): stdin is collected until closed, then the command runs (:meth:`FakeTabs.__call__`)
     and its output and exit code come back."""
 
     def __init__(self, owner: "FakeTabs", namespace: str, pod: str, container: str, argv: list[str]) -> None:
+        super().__init__()
         self.owner, self.where, self.argv = owner, (namespace, pod, container), argv
-        self.stdout = asyncio.StreamReader()
-        self.stderr = asyncio.StreamReader()
-        self.stdin = _Stdin(self)
-        self.returncode: int | None = None
-        self.pid = 0
-        self._done = asyncio.Event()
         self._data = b""
         self._task: asyncio.Task[None] | None = None
 
@@ -199,14 +208,9 @@ class FakeCommand:
             self._task.cancel()
         self._finish(b"", b"", 137)
 
-    async def wait(self) -> int:
-        """Wait until the command ended; its exit code."""
-        await self._done.wait()
-        return self.returncode if self.returncode is not None else 0
-
 
 class _Stdin:
-    def __init__(self, proc: FakeControl | FakeCommand) -> None:
+    def __init__(self, proc: _FakeProcess) -> None:
         self._proc = proc
         self._closed = False
 

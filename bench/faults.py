@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import json
 import math
 import os
@@ -56,6 +55,7 @@ if str(ROOT) not in sys.path:
 
 from controller import constants as C  # noqa: E402
 from agentbox_sim.bench_settings import bench_settings  # noqa: E402
+from agentbox_sim.procstat import pdeathsig_kill  # noqa: E402
 from agentbox_sim.kube import ExecFault  # noqa: E402
 from agentbox_sim.world import (  # noqa: E402
     TabSpec, World, claude_login, codex_login, fake_agent_argv, utc_in,
@@ -103,10 +103,6 @@ def pct(values: list[float], q: float) -> float | None:
     return round(s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))], 3)
 
 
-def _pdeathsig() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def start_operator(world: World, logfile: pathlib.Path, *extra: str,
                    kubeconfig: pathlib.Path | None = None) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTBOX_")}
@@ -117,7 +113,7 @@ def start_operator(world: World, logfile: pathlib.Path, *extra: str,
     out = open(logfile, "ab")
     return subprocess.Popen([sys.executable, "-m", "controller", "run", "--namespace", world.namespace,
                              "--liveness", "", *extra], env=env, stdout=out, stderr=subprocess.STDOUT,
-                            preexec_fn=_pdeathsig, cwd=str(ROOT))
+                            preexec_fn=pdeathsig_kill, cwd=str(ROOT))
 
 
 def at(epoch: float) -> datetime:

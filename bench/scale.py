@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import json
 import logging
 import math
@@ -66,6 +65,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agentbox_sim.bench_settings import bench_settings  # noqa: E402
+from agentbox_sim.procstat import pdeathsig_kill, proc_cpu_s, proc_rss_mib  # noqa: E402
 from agentbox_sim.fake_agent import claude_clock  # noqa: E402
 from agentbox_sim.world import TabSpec, World, claude_login  # noqa: E402
 
@@ -147,32 +147,6 @@ def operator_cpu_s() -> float:
     return total / tick
 
 
-def proc_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of process `pid` (0.0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def proc_rss_mib(pid: int) -> float:
-    """Resident set of process `pid` in MiB (0.0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def _pdeathsig() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def free_port() -> int:
     import socket
 
@@ -191,7 +165,7 @@ def spawn_operator(world: World, logfile: pathlib.Path, metrics_port: int = 0) -
             env["AGENTBOX_" + key.upper()] = json.dumps(value) if isinstance(value, (list, dict, bool)) else str(value)
     return subprocess.Popen([sys.executable, "-m", "controller", "run", "--namespace", world.namespace,
                              "--liveness", ""], env=env, stdout=open(logfile, "ab"), stderr=subprocess.STDOUT,
-                            preexec_fn=_pdeathsig, cwd=str(ROOT))
+                            preexec_fn=pdeathsig_kill, cwd=str(ROOT))
 
 
 def exec_label(argv: list[str] | tuple[str, ...]) -> str:

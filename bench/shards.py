@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import json
 import logging
 import math
@@ -70,6 +69,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agentbox_sim.bench_settings import bench_settings  # noqa: E402
+from agentbox_sim.procstat import pdeathsig_kill, proc_cpu_s, proc_rss_mib  # noqa: E402
 from agentbox_sim.fake_agent import claude_clock  # noqa: E402
 from agentbox_sim.fake_tabs import FakeTabs  # noqa: E402
 from agentbox_sim.world import World, claude_login  # noqa: E402
@@ -101,32 +101,6 @@ def pct(values: list[float], q: float) -> float | None:
         return None
     s = sorted(values)
     return round(s[max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))], 3)
-
-
-def proc_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of process `pid` (0.0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def proc_rss_mib(pid: int) -> float:
-    """Resident set of process `pid`, MiB (0.0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def _pdeathsig() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class Connections:
@@ -248,7 +222,7 @@ async def start_replica(world: World, workdir: pathlib.Path, name: str) -> Repli
     try:
         proc = subprocess.Popen([sys.executable, "-m", "controller", "run", "--namespace", world.namespace,
                                  "--liveness", "", "--leader-elect", PREFIX, "--lease-namespace", world.namespace],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_pdeathsig, cwd=str(ROOT))
+                                env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=pdeathsig_kill, cwd=str(ROOT))
     finally:
         out.close()
     return Replica(name, int(url.rsplit(":", 1)[1]), proc)

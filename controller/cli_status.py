@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
+import signal
 import sys
-import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -107,9 +109,6 @@ class _Interrupt:
     """
 
     def __init__(self) -> None:
-        import os
-        import signal
-
         self.asked = False
         self._r, self._w = os.pipe()
         os.set_blocking(self._w, False)
@@ -123,15 +122,10 @@ class _Interrupt:
 
     def pause(self, seconds: float) -> None:
         """Sleep `seconds`, or less when Ctrl-C comes."""
-        import select
-
         if not self.asked:
             select.select([self._r], [], [], seconds)
 
     def close(self) -> None:
-        import os
-        import signal
-
         signal.signal(signal.SIGINT, self._old)
         signal.set_wakeup_fd(self._old_fd)
         os.close(self._r)
