@@ -5,6 +5,7 @@ replicas racing for the same version get one winner (409), a shard given back is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -74,14 +75,18 @@ async def test_replicas_split_the_shards_and_a_silent_one_is_taken_over_after_ex
     assert stopped and stopped[0][0] == "a" and len(stopped[0][1]) == 2, "a stopped serving before giving back"
     assert a.served.isdisjoint(b.served) and a.served | b.served == {0, 1, 2, 3}
 
-    mine = set(b.served)
+    mine, silent_at = set(b.served), clock.now
     for _ in range(int(TIMINGS.lease_duration_s) - 1):  # a is silent: b waits until a's Leases expire
         clock.advance(1)
         await b.look()
         assert b.served == mine
-    clock.advance(2)
-    await b.look()
+    scan = TIMINGS.lease_duration_s / 4  # b reads the Leases it does not hold every scan period
+    while b.served != {0, 1, 2, 3} and (clock.now - silent_at).total_seconds() < 60:
+        clock.advance(1)
+        await b.look()
+    waited = (clock.now - silent_at).total_seconds()
     assert holders(kube) == ["b"] * 4 and b.served == {0, 1, 2, 3}
+    assert TIMINGS.lease_duration_s <= waited <= TIMINGS.lease_duration_s + scan + 1, waited
     assert exits == []
     assert {n for n in lease_names("ctl", 4)} >= {f"ctl-shard-{i}" for i in range(4)}
     assert kube.get("coordination.k8s.io/v1/leases", NS, "ctl-shards") is not None
@@ -144,3 +149,162 @@ async def test_a_look_renews_every_held_shard_in_one_round_trip(kube: KubeEmulat
     assert all(a.renewed_sent[s] > before[s] for s in range(4)), "every shard renewed"
     assert max(a.renewed_sent.values()) - min(a.renewed_sent.values()) < 0.2, "the renewals went out together"
     assert took < 4 * 0.4, f"one look took {took:.2f} s"
+
+
+class CountingTransport:
+    """A transport that records (method, Lease name) of every request."""
+
+    def __init__(self, rest: Rest) -> None:
+        self.rest, self.sent = rest, []
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        self.sent.append((method, path.rsplit("/", 1)[-1]))
+        return await self.rest.request(method, path, **kwargs)
+
+    async def aclose(self) -> None:
+        await self.rest.aclose()
+
+
+async def test_between_scans_a_look_only_renews_the_held_shards_without_reading_them(kube: KubeEmulator, rest: Rest):
+    """12 shards, 3 replicas: a look between scans is one PUT per held shard; the other shards and the
+    heartbeats are read once a scan period. A minute of looks costs a replica well under half the requests
+    of reading every Lease at every look."""
+    import math
+
+    clock, exits = Clock(), []
+    transports = [CountingTransport(rest) for _ in range(3)]
+    reps = [ShardLeases(t, NS, "ctl", 12, name, TIMINGS, clock=clock, exit=lambda c, w: exits.append(w))  # type: ignore[arg-type]
+            for t, name in zip(transports, ("a", "b", "c"))]
+
+    async def second() -> None:
+        clock.advance(1)
+        for r in reps:
+            await r.look()
+
+    for _ in range(15):  # settle: every replica holds its share
+        await second()
+    assert sorted(len(r.served) for r in reps) == [4, 4, 4] and exits == []
+    a, counting = reps[0], transports[0]
+    mine = {shard_lease_name("ctl", s) for s in a.served}
+    counting.sent.clear()
+    a.requests = 0
+    for _ in range(60):
+        await second()
+    assert {shard_lease_name("ctl", s) for s in a.served} == mine and exits == []
+    reads_of_held = [name for method, name in counting.sent if method == "GET" and name in mine]
+    assert reads_of_held == [], "a held shard is not read before its renewal"
+    puts = [name for method, name in counting.sent if method == "PUT" and name in mine]
+    assert len(puts) == 60 * 4, "every held shard renewed at every look"
+    every = math.ceil(TIMINGS.lease_duration_s / 4 / TIMINGS.retry_period_s)  # looks per scan
+    scans = sum(1 for method, name in counting.sent if method == "GET" and name == "ctl-shards")
+    assert 60 // every - 1 <= scans <= 60 // every + 1, scans
+    others = [name for method, name in counting.sent if method == "GET" and name.startswith("ctl-shard-")]
+    assert len(others) == scans * 8, "a scan reads the 8 shards not held"
+    # every Lease read at every look was 60 x (1 + 12) reads + 60 x 4 renewals
+    assert a.requests == len(counting.sent) < 0.5 * 60 * (13 + 4), a.requests
+
+
+async def test_a_renewal_answered_409_reads_the_lease_and_renews_on_the_new_version(kube: KubeEmulator, rest: Rest):
+    """Someone edits a held Lease's metadata: the renewal on the old version gets a 409; the Lease still
+    names this replica, so it is renewed on the version read, in the same look, and nothing ends."""
+    clock, stopped, exits = Clock(), [], []
+    a = replica(rest, "a", clock, stopped, exits)
+    await a.look()
+    lease: dict[str, Any] = kube.get("coordination.k8s.io/v1/leases", NS, "ctl-shard-2") or {}
+    lease["metadata"].setdefault("annotations", {})["edited"] = "by hand"
+    await rest.request("PUT", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/ctl-shard-2", body=lease)
+    before = dict(a.renewed_sent)
+    clock.advance(1)
+    await a.look()
+    assert exits == []
+    assert a.renewed_sent[2] > before[2] and a.served == {0, 1, 2, 3}
+    after = kube.get("coordination.k8s.io/v1/leases", NS, "ctl-shard-2") or {}
+    assert after["spec"]["holderIdentity"] == "a" and after["metadata"]["annotations"]["edited"] == "by hand"
+
+
+@contextlib.asynccontextmanager
+async def api_server_on_its_own_thread() -> AsyncIterator[KubeEmulator]:
+    """An emulated API server on a thread and event loop of its own: a test may block its own loop."""
+    import threading
+
+    loop = asyncio.new_event_loop()
+    emulator = KubeEmulator()
+    threading.Thread(target=loop.run_forever, name="api-server", daemon=True).start()
+
+    def on_server(coro: Any) -> Any:
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+    await on_server(emulator.start())
+    try:
+        yield emulator
+    finally:
+        await on_server(emulator.stop())
+        loop.call_soon_threadsafe(loop.stop)
+
+
+async def test_the_lease_thread_renews_while_the_main_loop_is_blocked():
+    """The main loop blocked for twice the renew deadline (a replica busy starting streams): the Lease
+    thread renews meanwhile, so the shards stay served and the watchdog does not end the process; the
+    callbacks run on the main loop's thread. The API server runs on a thread of its own here (on the test's
+    loop it would be blocked too). About 2 s of wall time: real threads and a real clock."""
+    import threading
+    import time
+
+    from controller.kube.shardleases import LeaseThread, on_loop, stop_on_loop
+
+    async with api_server_on_its_own_thread() as emulator:
+        cfg = kubernetes.client.Configuration()
+        cfg.host = emulator.url
+        timings = ElectionTimings(lease_duration_s=3, renew_deadline_s=0.6, retry_period_s=0.2)
+        main = asyncio.get_running_loop()
+        threads: list[str] = []
+        exits: list[str] = []
+
+        async def stop_serving(shards: set[int]) -> bool:
+            threads.append(threading.current_thread().name)
+            return True
+
+        leases = ShardLeases(Rest(cfg, max_requests=0, timeout_s=1.0), NS, "ctl", 4, "a", timings,
+                             stop_serving=stop_on_loop(main, stop_serving, 2.0),
+                             on_change=on_loop(main, lambda: threads.append(threading.current_thread().name)),
+                             exit=lambda code, why: exits.append(why))
+        runner = LeaseThread(leases)
+        await runner.start()
+        watchdog = leases.start_watchdog()
+        assert leases.served == {0, 1, 2, 3}
+        renewed = dict(leases.renewed_sent)
+        time.sleep(2 * timings.renew_deadline_s)  # the main loop does nothing else meanwhile
+        assert leases.served == {0, 1, 2, 3}, "renewed by the Lease thread"
+        assert all(leases.renewed_sent[s] > renewed[s] for s in range(4))
+        await asyncio.sleep(0.3)
+        assert exits == [] and watchdog.is_alive()
+        await runner.stop()
+        held = [((emulator.get("coordination.k8s.io/v1/leases", NS, shard_lease_name("ctl", i)) or {})
+                 .get("spec") or {}).get("holderIdentity") for i in range(4)]
+        assert held == [None] * 4, "every shard given back at stop"
+        assert threads and set(threads) == {threading.current_thread().name}, threads
+
+
+async def test_a_main_loop_that_hangs_ends_the_process_though_the_lease_thread_renews():
+    """The Lease thread renews for the main loop; a main loop that does not run at all for `main_stall_s`
+    (hung) must not hold its shards forever: the process ends. About 1.5 s of wall time (real threads)."""
+    import threading
+    import time
+
+    from controller.kube.shardleases import LeaseThread
+
+    async with api_server_on_its_own_thread() as emulator:
+        cfg = kubernetes.client.Configuration()
+        cfg.host = emulator.url
+        exits: list[str] = []
+        leases = ShardLeases(Rest(cfg, max_requests=0, timeout_s=1.0), NS, "ctl", 2, "a",
+                             ElectionTimings(lease_duration_s=3, renew_deadline_s=0.6, retry_period_s=0.2),
+                             exit=lambda code, why: exits.append(why))
+        runner = LeaseThread(leases, main_stall_s=0.8)
+        await runner.start()
+        time.sleep(0.5)
+        assert exits == [], "a main loop busy for less than the bound is waited for"
+        await asyncio.sleep(0.1)
+        time.sleep(1.5)
+        assert exits and "event loop did not run" in exits[0], exits
+        await runner.stop()

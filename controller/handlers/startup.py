@@ -91,27 +91,28 @@ async def _start_sharding(settings: kopf.OperatorSettings, memo: kopf.Memo, ops:
     name prefix, namespace, `ElectionTimings` and this replica's identity, from `run --leader-elect`). The
     first look is taken before any handler runs, so a replica alone serves every shard from its first event;
     kopf writes its annotations only on the objects this replica serves."""
-    from controller.kube.shardleases import ShardLeases
-    from controller.service.sharding import Sharding
+    from controller.kube.shardleases import LeaseThread, ShardLeases, on_loop, stop_on_loop
+    from controller.service.sharding import STOP_TIMEOUT_S, Sharding
 
     prefix, namespace, timings, identity = memo.shard_leases
     sharding = Sharding(ops.shards, ops.shard_by, ops.shard_label)
-    # The Leases have a lane of their own (a session and no request slots shared with the handlers'
-    # requests): a replica taking over a dead one's shards queues hundreds of requests at once, and a renewal
-    # waiting behind them missed the renew deadline (the replica ended; its peers too, in a cascade).
+    # The Leases have a thread, an event loop and a transport of their own (no request slots shared with the
+    # handlers' requests): a replica taking over a dead one's shards queues hundreds of requests and opens
+    # hundreds of tab streams at once, and a renewal waiting behind them missed the renew deadline (the
+    # replica ended; its peers too, in a cascade).
     lane = Rest(rest.cfg, max_requests=0, timeout_s=max(1.0, timings.renew_deadline_s / 3),
                 connect_timeout_s=max(1.0, timings.renew_deadline_s / 3), keepalive_s=float(ops.kube_keepalive_s))
-    memo.shard_rest = lane
+    main = asyncio.get_running_loop()
     leases = ShardLeases(lane, namespace, prefix, ops.shards, identity, timings, clock=utcnow,
-                         stop_serving=sharding.stop_serving, on_change=sharding.changed,
+                         stop_serving=stop_on_loop(main, sharding.stop_serving, STOP_TIMEOUT_S + 5.0),
+                         on_change=on_loop(main, sharding.changed),
                          exit=getattr(memo, "shard_exit", None))
     sharding.served = lambda: leases.served
     memo.runtime.sharding = sharding
     memo.shard_leases_io = leases
-    await leases.look()
+    memo.shard_thread = LeaseThread(leases)
+    await memo.shard_thread.start()
     leases.start_watchdog()
-    memo.shard_stop = asyncio.Event()
-    memo.shard_task = asyncio.get_running_loop().create_task(leases.run(memo.shard_stop))
     owns = _owner_check(sharding)
     settings.persistence.progress_storage = _ShardedProgress(owns, prefix=C.GROUP)
     settings.persistence.diffbase_storage = _ShardedDiffBase(owns, prefix=C.GROUP, key="last-handled-configuration")
@@ -164,11 +165,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     task = getattr(memo, "gc_task", None)
     if task is not None:
         task.cancel()
-    shard_task = getattr(memo, "shard_task", None)
-    if shard_task is not None:  # stop serving and give the shard Leases back, before the session closes
-        memo.shard_stop.set()
-        await shard_task
-        await memo.shard_rest.aclose()
+    shard_thread = getattr(memo, "shard_thread", None)
+    if shard_thread is not None:  # stop serving and give the shard Leases back, before the session closes
+        await shard_thread.stop()
     before = getattr(memo, "gc_before", None)
     if before is not None:
         gc.set_threshold(*before)

@@ -14,6 +14,18 @@ The same guards as the one Lease of `controller/kube/election.py`, per shard:
 * a shard given back to a replica under its share (`controller.domain.shards.plan_shards`) stops being
   served first (its daemons are stopped and awaited by `stop_serving`), then its holder is emptied.
 
+Requests: a look every `retry_period_s` renews the held shards only, each with one PUT conditional on the
+version its last renewal answered (no read first: a 409 is what says someone else wrote it, then it is read);
+the other shards and the heartbeats are read every `scan_period_s` (default a quarter of the lease
+duration) and at the instant another replica's Lease expires by this replica's clock. A dead replica's
+Lease was last seen renewed at most one scan period after its last renewal, so it is taken at most
+`lease_duration_s` + `scan_period_s` after that. With 12 shards over 3 replicas
+that is about 8 requests a second per replica instead of 17.
+
+The looks run on a thread of their own with an event loop of its own (`LeaseThread`): a replica whose
+main loop is busy (starting a dead peer's hundreds of tab streams) still renews on time. What serves (the
+daemons, `stop_serving`, `on_change`) stays on the main loop and is called there.
+
 Who is alive counts in the fair share: every replica keeps a heartbeat in the annotations of one more Lease,
 `<prefix>-shards` (one annotation per replica, `shards.agentbox.dev/<digest of its identity>`), so a replica
 that holds no shard yet is counted and the holders give it its share.
@@ -28,7 +40,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable
 
 from controller.domain.shards import FREE, LeaseRecord, plan_shards
@@ -88,6 +100,8 @@ class ShardLeases:
             ends instead of giving them back (their Leases expire; nothing acts twice).
         exit: `(code, why) -> None` ending the process (default: log and `os._exit`; tests record).
         on_change: called (no arguments) whenever the served shards change.
+        scan_period_s: seconds between reads of the shards not held and of the heartbeats (None: a quarter of
+            the lease duration, at least the retry period).
     """
 
     rest: Rest
@@ -100,7 +114,11 @@ class ShardLeases:
     stop_serving: Callable[[set[int]], Awaitable[bool]] | None = None
     on_change: Callable[[], None] | None = None
     exit: Callable[[int, str], None] | None = None
+    scan_period_s: float | None = None
     renewed_sent: dict[int, float] = field(default_factory=dict)  # shard -> monotonic s of its last renewal sent
+    requests: int = 0  # Lease requests sent (reads and writes), for the bench and tests
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _next_scan: datetime | None = None
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _members: dict[str, tuple[str, datetime]] = field(default_factory=dict)  # annotation -> (value, seen change)
     _beat: int = 0
@@ -108,14 +126,35 @@ class ShardLeases:
 
     # ------------------------------------------------------------------------------------------ serving
     def serves(self, shard: int) -> bool:
-        """This replica holds `shard` and renewed it less than `renew_deadline_s` ago (monotonic clock)."""
+        """This replica holds `shard` and renewed it less than `renew_deadline_s` ago (monotonic clock).
+        Safe from any thread."""
         sent = self.renewed_sent.get(shard)
         return sent is not None and time.monotonic() - sent <= self.timings.renew_deadline_s
 
     @property
     def served(self) -> frozenset[int]:
-        """The shards served now."""
-        return frozenset(s for s in self.renewed_sent if self.serves(s))
+        """The shards served now. Safe from any thread (the looks run on the Lease thread)."""
+        with self._lock:
+            held = list(self.renewed_sent.items())
+        now = time.monotonic()
+        return frozenset(s for s, sent in held if now - sent <= self.timings.renew_deadline_s)
+
+    def _held(self) -> list[int]:
+        with self._lock:
+            return sorted(self.renewed_sent)
+
+    def _sent(self, shard: int, at: float | None) -> None:
+        with self._lock:
+            if at is None:
+                self.renewed_sent.pop(shard, None)
+            else:
+                self.renewed_sent[shard] = at
+
+    @property
+    def _scan_period(self) -> float:
+        if self.scan_period_s is not None:
+            return self.scan_period_s
+        return max(self.timings.retry_period_s, self.timings.lease_duration_s / 4)
 
     def _end(self, code: int, why: str) -> None:
         if self.exit is not None:
@@ -131,8 +170,9 @@ class ShardLeases:
             while True:
                 time.sleep(WATCHDOG_PERIOD_S)
                 now = time.monotonic()
-                late = [s for s, sent in list(self.renewed_sent.items())
-                        if now - sent > self.timings.renew_deadline_s]
+                with self._lock:
+                    held = list(self.renewed_sent.items())
+                late = [s for s, sent in held if now - sent > self.timings.renew_deadline_s]
                 if late:
                     self._end(1, f"No renewal of the shard Lease(s) {late} for {self.timings.renew_deadline_s:g} s")
         thread = threading.Thread(target=watch, name="shard-lease-watchdog", daemon=True)
@@ -145,6 +185,7 @@ class ShardLeases:
         return path_of(*parts, name) if name else path_of(*parts)
 
     async def _get(self, name: str) -> dict[str, Any] | None:
+        self.requests += 1
         lease = await asyncio.wait_for(self.rest.request("GET", self._path(name), missing_ok=True), self._timeout)
         return lease if isinstance(lease, dict) else None
 
@@ -156,6 +197,13 @@ class ShardLeases:
                      annotations: dict[str, str | None] | None = None) -> dict[str, Any] | None:
         """Create the Lease (`lease` None) or replace the version read; None when another replica won (409)
         or the request failed."""
+        return (await self._put(name, lease, spec, annotations))[0]
+
+    async def _put(self, name: str, lease: dict[str, Any] | None, spec: dict[str, Any],
+                   annotations: dict[str, str | None] | None = None) -> tuple[dict[str, Any] | None, int]:
+        """`_write`, with the HTTP status: (answer, 200), (None, 409) when the version was not the current one,
+        (None, 0) when the request failed or timed out."""
+        self.requests += 1
         meta: dict[str, Any] = {"name": name, "namespace": self.namespace}
         if lease is not None:
             meta = dict(lease.get("metadata") or {}, **meta)
@@ -170,11 +218,11 @@ class ShardLeases:
         except KubeApiError as exc:
             if exc.status not in (409,):
                 logger.info("Shard Lease %s: write failed (%s)", name, exc.status or exc.reason)
-            return None
+            return None, 409 if exc.status == 409 else 0
         except asyncio.TimeoutError:
             logger.info("Shard Lease %s: write timed out", name)
-            return None
-        return answer if isinstance(answer, dict) else None
+            return None, 0
+        return (answer, 200) if isinstance(answer, dict) else (None, 0)
 
     def _record(self, name: str, lease: dict[str, Any] | None, now: datetime) -> LeaseRecord:
         spec = (lease or {}).get("spec") or {}
@@ -221,27 +269,37 @@ class ShardLeases:
         return out
 
     async def look(self) -> None:
-        """One look: read the heartbeats and every shard Lease, plan (`plan_shards`), then give back, renew
-        and take, each write conditional on the version read."""
+        """One look. Every `scan_period_s`: read the heartbeats and the shards not held, plan (`plan_shards`),
+        then give back, renew and take. Between scans: renew the held shards only. Every write is conditional
+        on the version last read or answered; no held shard is read before its renewal."""
         now = self.clock()
+        if self._next_scan is not None and now < self._next_scan:
+            await self._renew(self._held(), now)
+            return
+        names = [shard_lease_name(self.prefix, i) for i in range(self.total)]
+        held = set(self._held())
         try:
             await self._read_members(now)
-            names = [shard_lease_name(self.prefix, i) for i in range(self.total)]
-            leases = await asyncio.gather(*(self._get(n) for n in names))
+            read = await asyncio.gather(*(self._get(names[i]) for i in range(self.total) if i not in held))
         except (KubeApiError, asyncio.TimeoutError) as exc:
             logger.info("Shard Leases: read failed (%s)", getattr(exc, "status", None) or type(exc).__name__)
+            await self._renew(sorted(held), now)
             return
+        fresh = iter(read)
+        leases = [self._body(names[i]) if i in held else next(fresh) for i in range(self.total)]
         records = [self._record(n, lease, now) for n, lease in zip(names, leases)]
-        for shard in list(self.renewed_sent):
-            if records[shard].holder not in (None, self.identity):
-                self._end(1, f"The shard Lease {names[shard]} is held by {records[shard].holder} now")
+        # The next scan: a scan period from now, or the instant another replica's Lease expires by this
+        # replica's clock if sooner (a dead replica's shards are taken at expiry, not up to a period later).
+        expiries = [r.renewed_at + timedelta(seconds=r.duration_s) for i, r in enumerate(records)
+                    if i not in held and r.holder and r.renewed_at is not None and r.live(now)]
+        self._next_scan = min([now + timedelta(seconds=self._scan_period)] + expiries)
         plan = plan_shards(records, self.identity, now, self._member_beats(),
                            member_ttl_s=float(self.timings.lease_duration_s))
         before = self.served
         if plan.release:
             released = set(plan.release)
             for shard in released:
-                self.renewed_sent.pop(shard, None)
+                self._sent(shard, None)
             if self.on_change is not None:
                 self.on_change()
             if self.stop_serving is not None and not await self.stop_serving(released):
@@ -252,29 +310,57 @@ class ShardLeases:
                 spec = dict((lease or {}).get("spec") or {}, holderIdentity=None, leaseDurationSeconds=1)
                 if await self._write(names[shard], lease, spec) is not None:
                     logger.info("Gave the shard Lease %s back", names[shard])
+        # A held shard the plan neither renews nor gives back (its Lease expired by this replica's clock)
+        # stops being renewed: the watchdog ends the process before anyone may take it.
+        await self._renew(list(plan.renew), now, acquire=plan.acquire, leases=leases)
+        if self.served != before and self.on_change is not None:
+            self.on_change()
+
+    def _body(self, name: str) -> dict[str, Any] | None:
+        seen = self._seen.get(name)
+        return seen.body if seen is not None else None
+
+    async def _renew(self, renew: list[int], now: datetime, acquire: tuple[int, ...] = (),
+                     leases: list[dict[str, Any] | None] | None = None) -> None:
+        """Renew `renew` (held: the body is the last one answered) and take `acquire` (the body read), all at
+        once: one round trip a look whatever the number of shards (one after the other, a slow API server
+        made the first shard's renewals a look's duration apart). A renewal answered 409 reads the Lease: held
+        by another replica now, the process ends; still this replica's (its metadata was edited), it is
+        renewed again on the version read."""
         duration = int(self.timings.lease_duration_s)
 
         async def hold(shard: int) -> None:
-            lease = leases[shard]
-            spec = dict((lease or {}).get("spec") or {})
-            stamp = _micro(self.clock())
-            if shard in plan.acquire:
-                spec.update(acquireTime=stamp, leaseTransitions=int(spec.get("leaseTransitions") or 0)
-                            + (1 if spec.get("holderIdentity") else 0))
-            spec.update(holderIdentity=self.identity, leaseDurationSeconds=duration, renewTime=stamp)
-            sent = time.monotonic()
-            answer = await self._write(names[shard], lease, spec)
-            if answer is not None:
-                self.renewed_sent[shard] = sent
-                self._record(names[shard], answer, now)
-                if shard in plan.acquire:
-                    logger.info("Acquired the shard Lease %s/%s as %s", self.namespace, names[shard], self.identity)
+            name = shard_lease_name(self.prefix, shard)
+            taking = shard in acquire
+            lease = leases[shard] if taking and leases is not None else self._body(name)
+            for _attempt in range(2):
+                spec = dict((lease or {}).get("spec") or {})
+                stamp = _micro(self.clock())
+                if taking:
+                    spec.update(acquireTime=stamp, leaseTransitions=int(spec.get("leaseTransitions") or 0)
+                                + (1 if spec.get("holderIdentity") else 0))
+                spec.update(holderIdentity=self.identity, leaseDurationSeconds=duration, renewTime=stamp)
+                sent = time.monotonic()
+                answer, status = await self._put(name, lease, spec)
+                if answer is not None:
+                    self._sent(shard, sent)
+                    self._record(name, answer, now)
+                    if taking:
+                        logger.info("Acquired the shard Lease %s/%s as %s", self.namespace, name, self.identity)
+                    return
+                if status != 409 or taking:
+                    return
+                try:
+                    lease = await self._get(name)
+                except (KubeApiError, asyncio.TimeoutError):
+                    return
+                holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
+                if holder != self.identity:
+                    self._end(1, f"The shard Lease {name} is held by {holder} now")
+                    return
+                self._record(name, lease, now)
 
-        # Every renewal and take at once: one round trip a look whatever the number of shards held (one after
-        # the other, a slow API server made the first shard's renewals a look's duration apart).
-        await asyncio.gather(*(hold(shard) for shard in plan.renew + plan.acquire))
-        if self.served != before and self.on_change is not None:
-            self.on_change()
+        await asyncio.gather(*(hold(shard) for shard in list(renew) + list(acquire)))
 
     async def run(self, stopped: asyncio.Event) -> None:
         """Look every `retry_period_s` until `stopped`; then give every held shard back (best effort)."""
@@ -293,8 +379,9 @@ class ShardLeases:
 
     async def release_all(self) -> None:
         """Stop serving and give every held shard back (SIGTERM, the operator stopping)."""
-        held = set(self.renewed_sent)
-        self.renewed_sent.clear()
+        held = set(self._held())
+        with self._lock:
+            self.renewed_sent.clear()
         if not held:
             return
         if self.on_change is not None:
@@ -314,3 +401,110 @@ class ShardLeases:
             await self._write(name, lease, spec)
         logger.info("Gave the shard Leases %s back", sorted(held))
 
+
+
+class LeaseThread:
+    """Runs one replica's `ShardLeases` on a thread of its own, on an event loop of its own.
+
+    The main loop may be busy for seconds (a replica taking over a dead peer's shards opens hundreds of tab
+    streams); the renewals must not wait for it, or the replica misses its renew deadline and ends, and its
+    peers after it. The Leases' transport (`leases.rest`) must be used only from this thread: its session
+    is opened on first use, on this loop. The `stop_serving` and `on_change` given to the `ShardLeases` are
+    called here; wrap them with `on_loop` / `stop_on_loop` to run them on the main loop.
+
+    A main loop that hangs must not hold its shards forever (the Lease thread would renew them for a
+    replica that serves nothing): the main loop stamps a heartbeat every half second, and a thread ends the
+    process (`leases.exit`) once the main loop has not run for `main_stall_s` seconds (default: three lease
+    durations, at least 30 s; the pod's liveness probe, on the same loop, usually acts first).
+
+    Use from the main loop: `await start()` (the first look, before any handler runs), then `await stop()`
+    (stop serving, give every shard back, close the transport, end the thread).
+    """
+
+    BEAT_S = 0.5
+
+    def __init__(self, leases: ShardLeases, main_stall_s: float | None = None) -> None:
+        self.leases = leases
+        self.loop = asyncio.new_event_loop()
+        self.main_stall_s = main_stall_s if main_stall_s is not None else max(30.0, 3.0 * leases.timings.lease_duration_s)
+        self.main_beat = time.monotonic()
+        self._thread = threading.Thread(target=self._main, name="shard-leases", daemon=True)
+        self._stopped: asyncio.Event | None = None
+        self._running: Any = None
+        self._beats: asyncio.Task[None] | None = None
+        self._closing = threading.Event()
+
+    async def _beat(self) -> None:
+        while True:
+            self.main_beat = time.monotonic()
+            await asyncio.sleep(self.BEAT_S)
+
+    def _watch_main(self) -> None:
+        while not self._closing.wait(self.BEAT_S):
+            stalled = time.monotonic() - self.main_beat
+            if stalled > self.main_stall_s:
+                self.leases._end(1, f"The event loop did not run for {stalled:.0f} s")
+                return
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    async def _call(self, coro: Awaitable[Any]) -> Any:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))  # type: ignore[arg-type]
+
+    async def start(self) -> None:
+        """Start the thread, take the first look there and wait for it, then look every retry period."""
+        self._thread.start()
+        self.main_beat = time.monotonic()
+        self._beats = asyncio.get_running_loop().create_task(self._beat())
+        threading.Thread(target=self._watch_main, name="shard-main-watchdog", daemon=True).start()
+        await self._call(self.leases.look())
+
+        async def loop() -> None:
+            self._stopped = asyncio.Event()
+            await self.leases.run(self._stopped)
+
+        self._running = asyncio.run_coroutine_threadsafe(loop(), self.loop)
+
+    async def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop looking, give every held shard back (`ShardLeases.release_all`), close the transport, end the
+        thread. Bounded by `timeout_s` seconds (then the thread is left to the process's exit)."""
+        async def close() -> None:
+            if self._stopped is not None:
+                self._stopped.set()
+            if self._running is not None:
+                await asyncio.wrap_future(self._running)
+            await self.leases.rest.aclose()
+
+        self._closing.set()
+        if self._beats is not None:
+            self._beats.cancel()
+        try:
+            await asyncio.wait_for(self._call(close()), timeout_s)
+        except (asyncio.TimeoutError, Exception) as exc:  # noqa: BLE001 -- best effort at shutdown
+            logger.warning("Shard Leases: stop incomplete (%s)", type(exc).__name__)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        await asyncio.to_thread(self._thread.join, 5.0)
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Callable[[], None]:
+    """`callback`, called from any thread, run on `loop` (soon, not awaited)."""
+    return lambda: loop.call_soon_threadsafe(callback)
+
+
+def stop_on_loop(loop: asyncio.AbstractEventLoop, stop_serving: Callable[[set[int]], Awaitable[bool]],
+                 timeout_s: float) -> Callable[[set[int]], Awaitable[bool]]:
+    """`stop_serving`, awaited from another loop's thread, run on `loop`; False when it did not answer within
+    `timeout_s` seconds (the main loop hung: the shards must not be given back)."""
+    async def call(shards: set[int]) -> bool:
+        future = asyncio.run_coroutine_threadsafe(stop_serving(shards), loop)  # type: ignore[arg-type]
+        try:
+            return bool(await asyncio.wait_for(asyncio.wrap_future(future), timeout_s))
+        except asyncio.TimeoutError:
+            future.cancel()
+            return False
+    return call
