@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import math
@@ -69,7 +70,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agentbox_sim.bench_settings import bench_settings  # noqa: E402
-from agentbox_sim.procstat import pdeathsig_kill, proc_cpu_s, proc_rss_mib  # noqa: E402
+from agentbox_sim.procstat import LoopStalls, pdeathsig_kill, proc_cpu_s, proc_rss_mib  # noqa: E402
 from agentbox_sim.fake_agent import claude_clock  # noqa: E402
 from agentbox_sim.fake_tabs import FakeTabs  # noqa: E402
 from agentbox_sim.world import World, claude_login  # noqa: E402
@@ -81,7 +82,7 @@ LEASES = "coordination.k8s.io/v1/leases"
 EMULATED = {
     "replicas": "real: `python -m controller run --leader-elect ctl` per replica, its own OS process "
                 "(AGENTBOX_SHARDS shards: the real handlers, sharding, shard Leases, streams, armed continues)",
-    "api_server": "emulated: agentbox_sim.kube in the bench process (one Python thread), a listener per replica",
+    "api_server": "emulated: agentbox_sim.kube in the bench process (one Python thread), a listener per replica; its heap frozen out of the garbage collector every --emulator-freeze s (JSON `emulator`: its loop stalls and GC pauses)",
     "provider": "emulated: agentbox_sim.provider in the bench process",
     "boxes": "emulated: no kubelet, tmux or agent; pods set Running at creation; pods/exec answered in-process "
              "by agentbox_sim.fake_tabs (tmux 3.3a's one-shot and control-mode answers, one tab per box whose "
@@ -287,8 +288,24 @@ def due_outcome(fake: FakeTabs, boxes: list[str], since: float, reset: float, du
     return {"lags": lags, "lost": lost, "double": double, "early": early, "wrong": wrong}
 
 
+STALLS = LoopStalls()  # the bench process's loop: the emulated API server's (figures in the JSON, error or not)
+
+
+async def freeze_every(period_s: float) -> None:
+    """Move every object the bench process holds (the emulator's store, journals, event logs) out of the
+    garbage collector's reach every `period_s` seconds, without a full collection first: at 10,000 boxes a
+    full collection of the emulator's heap stalled its one thread for seconds, every replica's requests
+    with it. Cycles frozen are leaked (a bench process)."""
+    while True:
+        await asyncio.sleep(period_s)
+        gc.freeze()
+
+
 async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, Any]:
     t_start = time.time()
+    STALLS.start()
+    freezer = asyncio.get_running_loop().create_task(freeze_every(args.emulator_freeze)) \
+        if args.emulator_freeze > 0 else None
     settings = bench_settings(usage_interval_s=300.0, resume_margin_s=args.margin, shards=args.shards)
     world = World(workdir / "world", settings)
     await world.start()
@@ -631,9 +648,13 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             "emulator_cpu_s": round(time.process_time(), 1), "emulator_rss_mib": round(proc_rss_mib(os.getpid()), 1),
             "server_errors": len(world.kube.server_errors),
             "api_latency_max_s": round(max(latency), 2),  # a Lease list GET by the bench, every second
+            "emulator": {**STALLS.figures(), "freeze_period_s": args.emulator_freeze},
             "wall_s": round(time.time() - t_start, 1),
         }
     finally:
+        if freezer is not None:
+            freezer.cancel()
+        STALLS.stop()
         with open(workdir / "leases.journal", "w") as fh:  # every Lease request: when, which replica, status
             for e in world.kube.journal:
                 if "/leases" in e.path:
@@ -675,6 +696,9 @@ def main(argv: list[str] | None = None) -> int:
                         "starves the replicas' shard Lease renewals)")
     p.add_argument("--no-failover", action="store_true", help="no second burst with a replica killed")
     p.add_argument("--workdir", default=None, help="where logs go (default: a temporary directory, removed)")
+    p.add_argument("--emulator-freeze", type=float, default=10.0,
+                   help="seconds between gc.freeze() calls of the bench process, the emulated API server's "
+                        "(default 10; 0: CPython's collector as is, whose full collections stall it at 10,000 boxes)")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     if not 1 <= args.subscriptions <= args.boxes or args.replicas < 1 or args.shards < 2:
@@ -693,7 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     except ReplicaExited as exc:
         log(str(exc))
         result = {"error": str(exc), "boxes": args.boxes, "replicas": args.replicas, "shards": args.shards,
-                  "load_avg_1m": round(os.getloadavg()[0], 2)}
+                  "load_avg_1m": round(os.getloadavg()[0], 2),
+                  "emulator": {**STALLS.figures(), "freeze_period_s": args.emulator_freeze}}
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -308,3 +308,36 @@ async def test_a_main_loop_that_hangs_ends_the_process_though_the_lease_thread_r
         time.sleep(1.5)
         assert exits and "event loop did not run" in exits[0], exits
         await runner.stop()
+
+
+class SlowLeaseReads:
+    """A transport whose Lease reads each take `delay_s` (an API server under load)."""
+
+    def __init__(self, rest: Rest, delay_s: float) -> None:
+        self.rest, self.delay_s = rest, delay_s
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        if method == "GET":
+            await asyncio.sleep(self.delay_s)
+        return await self.rest.request(method, path, **kwargs)
+
+
+async def test_a_scan_with_slow_reads_renews_the_held_shards_first(kube: KubeEmulator, rest: Rest):
+    """A scan reads the heartbeats, then the shards not held; on a loaded API server each read may take
+    seconds. The held shards' renewals go out at the look's start, not after the reads (a replica at 3,300
+    boxes missed its renew deadline behind them)."""
+    import time
+
+    clock, stopped, exits = Clock(), [], []
+    a = ShardLeases(rest, NS, "ctl", 4, "a", TIMINGS, clock=clock, stop_serving=None,
+                    exit=lambda code, why: exits.append(why))
+    await a.look()
+    assert a.served == {0, 1, 2, 3}
+    a.rest = SlowLeaseReads(rest, 0.3)  # type: ignore[assignment]
+    clock.advance(TIMINGS.lease_duration_s)  # a scan is due
+    started = time.monotonic()
+    await a.look()
+    took = time.monotonic() - started
+    assert took >= 0.3, "the scan read the heartbeats (slowly)"
+    assert all(0 <= a.renewed_sent[s] - started < 0.1 for s in range(4)), "renewed before the reads ended"
+    assert exits == [] and a.served == {0, 1, 2, 3}

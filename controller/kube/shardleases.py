@@ -269,22 +269,29 @@ class ShardLeases:
         return out
 
     async def look(self) -> None:
-        """One look. Every `scan_period_s`: read the heartbeats and the shards not held, plan (`plan_shards`),
-        then give back, renew and take. Between scans: renew the held shards only. Every write is conditional
-        on the version last read or answered; no held shard is read before its renewal."""
+        """One look: renew the held shards (first, at once). Every `scan_period_s`, meanwhile: read the
+        heartbeats and the shards not held, plan (`plan_shards`), then give back and take. Every write is
+        conditional on the version last read or answered; no held shard is read before its renewal."""
         now = self.clock()
+        held = set(self._held())
+        # The held shards are renewed first, whatever else this look does: a scan's reads (the heartbeats,
+        # the shards not held) may each take up to a request timeout on a loaded API server, and renewals
+        # sent after them missed the renew deadline (a replica at 3,300 boxes ended so).
+        renewing = asyncio.ensure_future(self._renew(sorted(held), now))
         if self._next_scan is not None and now < self._next_scan:
-            await self._renew(self._held(), now)
+            await renewing
             return
         names = [shard_lease_name(self.prefix, i) for i in range(self.total)]
-        held = set(self._held())
         try:
-            await self._read_members(now)
-            read = await asyncio.gather(*(self._get(names[i]) for i in range(self.total) if i not in held))
+            try:
+                await self._read_members(now)
+                read = await asyncio.gather(*(self._get(names[i]) for i in range(self.total) if i not in held))
+            finally:
+                await renewing
         except (KubeApiError, asyncio.TimeoutError) as exc:
             logger.info("Shard Leases: read failed (%s)", getattr(exc, "status", None) or type(exc).__name__)
-            await self._renew(sorted(held), now)
             return
+        held = {s for s in held if s in self.renewed_sent}  # a renewal that read another holder ended it
         fresh = iter(read)
         leases = [self._body(names[i]) if i in held else next(fresh) for i in range(self.total)]
         records = [self._record(n, lease, now) for n, lease in zip(names, leases)]
@@ -306,13 +313,12 @@ class ShardLeases:
                 self._end(1, f"What ran for the shards {sorted(released)} did not stop")
                 return
             for shard in plan.release:
-                lease = leases[shard]
+                lease = self._body(names[shard])  # the version this look's renewal answered
                 spec = dict((lease or {}).get("spec") or {}, holderIdentity=None, leaseDurationSeconds=1)
                 if await self._write(names[shard], lease, spec) is not None:
                     logger.info("Gave the shard Lease %s back", names[shard])
-        # A held shard the plan neither renews nor gives back (its Lease expired by this replica's clock)
-        # stops being renewed: the watchdog ends the process before anyone may take it.
-        await self._renew(list(plan.renew), now, acquire=plan.acquire, leases=leases)
+        if plan.acquire:
+            await self._renew([], now, acquire=plan.acquire, leases=leases)
         if self.served != before and self.on_change is not None:
             self.on_change()
 
