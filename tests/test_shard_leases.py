@@ -328,7 +328,7 @@ async def test_a_scan_with_slow_reads_renews_the_held_shards_first(kube: KubeEmu
     boxes missed its renew deadline behind them)."""
     import time
 
-    clock, stopped, exits = Clock(), [], []
+    clock, exits = Clock(), []
     a = ShardLeases(rest, NS, "ctl", 4, "a", TIMINGS, clock=clock, stop_serving=None,
                     exit=lambda code, why: exits.append(why))
     await a.look()
