@@ -1629,7 +1629,7 @@ class KubeEmulator:
         if fault is None and raw.query.get("stdin") in ("true", "1") and getattr(self.exec_handler, "spawn", None):
             # interactive: streamed as the kubelet streams it (an injected fault keeps the one-shot path)
             return await self._serve_exec_stream(raw, namespace, name, container, argv)
-        ws = aiohttp.web.WebSocketResponse(protocols=_CHANNEL_PROTOCOLS)
+        ws = aiohttp.web.WebSocketResponse(protocols=_CHANNEL_PROTOCOLS, compress=False)  # see _serve_exec_stream
         await ws.prepare(raw)
         protocol = ws.ws_protocol or ""
         want_stdin = raw.query.get("stdin") in ("true", "1")
@@ -1662,7 +1662,10 @@ class KubeEmulator:
         the command's stdin as they arrive (v5 ``[255, 0]`` closes it; v4 has no close signal, so stdin
         stays open until the connection closes), stdout and stderr go out as frames as the command prints,
         then the channel-3 status.  The client closing the connection kills the command."""
-        ws = aiohttp.web.WebSocketResponse(protocols=_CHANNEL_PROTOCOLS, heartbeat=None)
+        # No permessage-deflate (RFC 7692): the API server's websocket streams (apimachinery's
+        # httpstream/wsstream, on golang.org/x/net/websocket) never negotiate it; aiohttp's default would
+        # deflate every frame both ways, a cost a real cluster does not have.
+        ws = aiohttp.web.WebSocketResponse(protocols=_CHANNEL_PROTOCOLS, heartbeat=None, compress=False)
         await ws.prepare(raw)
         protocol = ws.ws_protocol or ""
         self.exec_streams.append((namespace, name, container, tuple(argv)))

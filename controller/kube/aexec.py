@@ -191,6 +191,7 @@ class AsyncExec:
                     self._url(namespace, pod, container, argv, stdin), protocols=(V5_PROTOCOL, V4_PROTOCOL),
                     headers=self._headers(), timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
                     autoping=True, max_msg_size=4 * 1024 * 1024,
+                    compress=0,  # not offered: the API server never negotiates permessage-deflate
                     **({"proxy": self.cfg.proxy} if getattr(self.cfg, "proxy", None) else {}))
         except aiohttp.WSServerHandshakeError as exc:
             raise ExecError(f"exec into {where} refused (HTTP {exc.status})", reason="handshake",
