@@ -12,8 +12,9 @@ One stream per box carries both directions:
   number.  Command output inside a block is NOT escaped (a captured screen is raw text), and both numbers
   are guessable (seconds, and a server-wide counter any tmux client in the box can watch), so a pane can
   print a line that ends a capture's block early and forge the blocks after it.  Every :meth:`ControlClient.command`
-  therefore ends with a sync command, ``display-message -p abx-sync-<random>``: the replies of a command
-  are delivered only when the block after them holds exactly that nonce, which nothing in the box can know;
+  therefore ends with a sync command, ``display-message -p abx-sync-<random>-<n>`` (96 random bits per client,
+  a counter per command): the replies of a command are delivered only when the block after them holds exactly
+  that nonce, which nothing in the box can know;
   anything else (a wrong or missing nonce, an ``%end`` outside a block, a ``%begin`` nobody waits for) is
   a protocol violation that closes the stream (reason ``"protocol"``), so the callers fall back to the
   one-shot exec.  (A box that replaces ``tmux`` itself answers the one-shot exec too: nothing tmux says
@@ -45,6 +46,7 @@ and the end of the stream.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import secrets
 from typing import Protocol
@@ -161,6 +163,10 @@ class ControlClient:
         self.parser = ControlParser(max_line=max_line, max_block=max_block, max_rate=max_rate,
                                     rate_window_s=rate_window_s, on_change=self.changed.set)
         self._write_lock = asyncio.Lock()
+        # Sync nonces: a random part per client (nothing in the box sees our command lines) and a counter, so
+        # a command costs no call to the OS's random source (at a reset, 500 commands at one instant).
+        self._sync = f"{SYNC_PREFIX}{secrets.token_hex(12)}-"
+        self._syncs = itertools.count()
         self.changed.set()  # the first look: every pane is unknown
         self._reader = asyncio.ensure_future(self._read_loop())
 
@@ -228,7 +234,7 @@ class ControlClient:
             raise ControlError("control stream closed", "closed")
         loop = asyncio.get_running_loop()
         pending = [Pending(loop.create_future()) for _ in lines]
-        nonce = SYNC_PREFIX + secrets.token_hex(12)
+        nonce = f"{self._sync}{next(self._syncs):x}"
         lines.append(f"display-message -p {nonce}")
         pending.append(Pending(loop.create_future(), nonce=nonce.encode(), group=list(pending)))
         async with self._write_lock:
