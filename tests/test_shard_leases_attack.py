@@ -216,3 +216,45 @@ async def test_a_startup_retried_by_kopf_does_not_leave_held_shards_unserved(kub
     finally:
         for thread in reversed(threads):
             await thread.stop(5.0)
+
+
+# ------------------------------------------------------------------------------------------ what holds
+async def test_a_renewal_applied_but_unanswered_is_renewed_again_at_the_next_look(kube: KubeEmulator, rest: Rest):
+    """A renewal the server applied but whose answer was lost: the next renewal on the old version gets a 409,
+    the Lease (still this replica's) is read and renewed on it, in that look; nothing ends."""
+    clock, exits = Clock(), []
+    a = ShardLeases(rest, NS, "ctl", 4, "a", TIMINGS, clock=clock, exit=lambda code, why: exits.append(why))
+    await a.look()
+    a.rest = LostAnswer(rest, "ctl-shard-1")  # type: ignore[assignment]
+    clock.advance(1)
+    before = dict(a.renewed_sent)
+    await a.look()
+    assert a.renewed_sent[1] == before[1] and a.renewed_sent[0] > before[0]
+    clock.advance(1)
+    await a.look()
+    assert a.renewed_sent[1] > before[1] and a.served == {0, 1, 2, 3} and exits == []
+
+
+class FailingReads:
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        if method == "GET":
+            raise KubeApiError(method, path, 503, "ServiceUnavailable")
+        return await self.rest.request(method, path, **kwargs)
+
+
+async def test_a_scan_whose_reads_fail_still_renews_and_scans_again_at_the_next_look(kube: KubeEmulator, rest: Rest):
+    clock, exits = Clock(), []
+    a = ShardLeases(rest, NS, "ctl", 4, "a", TIMINGS, clock=clock, exit=lambda code, why: exits.append(why))
+    await a.look()
+    a.rest = FailingReads(rest)  # type: ignore[assignment]
+    clock.advance(TIMINGS.lease_duration_s)
+    before, scan_at = dict(a.renewed_sent), a._next_scan
+    await a.look()
+    assert all(a.renewed_sent[s] > before[s] for s in range(4)) and a._next_scan == scan_at
+    a.rest = rest
+    clock.advance(1)
+    await a.look()
+    assert a._next_scan is not None and a._next_scan > clock.now and exits == []
