@@ -184,7 +184,8 @@ async def test_a_startup_retried_by_kopf_does_not_leave_held_shards_unserved(kub
     LeaseThread is never stopped and goes on renewing the shards under the same identity; the second one
     reads them held by its identity but not in its own `renewed_sent`, so it neither renews nor serves them,
     and `memo.runtime.sharding` (the second's) serves nothing while the Leases say this replica holds them:
-    no replica serves those shards, for as long as the first thread renews them (for ever)."""
+    no replica serves those shards, for as long as the first thread renews them (for ever). (With the
+    plan.renew fix the second renews them too: two Lease threads of one identity fight over every Lease.)"""
     import logging
     from types import SimpleNamespace
 
@@ -213,6 +214,8 @@ async def test_a_startup_retried_by_kopf_does_not_leave_held_shards_unserved(kub
         assert held == {0, 1, 2, 3}
         assert memo.runtime.sharding.served() == held, \
             f"the Leases name this replica for {sorted(held)}, it serves {sorted(memo.runtime.sharding.served())}"
+        first = threads[0]
+        assert not first.leases.renewed_sent, "the first Lease thread still renews the same Leases (never stopped)"
     finally:
         for thread in reversed(threads):
             await thread.stop(5.0)
