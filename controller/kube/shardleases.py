@@ -317,8 +317,11 @@ class ShardLeases:
                 spec = dict((lease or {}).get("spec") or {}, holderIdentity=None, leaseDurationSeconds=1)
                 if await self._write(names[shard], lease, spec) is not None:
                     logger.info("Gave the shard Lease %s back", names[shard])
-        if plan.acquire:
-            await self._renew([], now, acquire=plan.acquire, leases=leases)
+        # A shard the plan keeps that this replica does not renew (a take or renewal the server applied but
+        # whose answer was lost): its Lease names this replica, renewed on the version read, as a held one.
+        unrenewed = [s for s in plan.renew if s not in held]
+        if plan.acquire or unrenewed:
+            await self._renew(unrenewed, now, acquire=plan.acquire, leases=leases)
         if self.served != before and self.on_change is not None:
             self.on_change()
 
