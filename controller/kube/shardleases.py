@@ -309,7 +309,7 @@ class ShardLeases:
                 self._sent(shard, None)
             if self.on_change is not None:
                 self.on_change()
-            if self.stop_serving is not None and not await self.stop_serving(released):
+            if self.stop_serving is not None and not await self._stopped_serving(released):
                 self._end(1, f"What ran for the shards {sorted(released)} did not stop")
                 return
             for shard in plan.release:
@@ -324,6 +324,15 @@ class ShardLeases:
             await self._renew(unrenewed, now, acquire=plan.acquire, leases=leases)
         if self.served != before and self.on_change is not None:
             self.on_change()
+
+    async def _stopped_serving(self, shards: set[int]) -> bool:
+        """`stop_serving(shards)`; False when it raised (nothing says what ran for them stopped)."""
+        assert self.stop_serving is not None
+        try:
+            return bool(await self.stop_serving(shards))
+        except Exception as exc:  # noqa: BLE001 -- the caller ends the process
+            logger.warning("Shard Leases: stopping shards %s failed (%s)", sorted(shards), type(exc).__name__)
+            return False
 
     def _body(self, name: str) -> dict[str, Any] | None:
         seen = self._seen.get(name)
@@ -395,7 +404,7 @@ class ShardLeases:
             return
         if self.on_change is not None:
             self.on_change()
-        if self.stop_serving is not None and not await self.stop_serving(held):
+        if self.stop_serving is not None and not await self._stopped_serving(held):
             self._end(1, f"What ran for the shards {sorted(held)} did not stop")
             return
         for shard in sorted(held):
