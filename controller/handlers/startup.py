@@ -95,6 +95,9 @@ async def _start_sharding(settings: kopf.OperatorSettings, memo: kopf.Memo, ops:
     from controller.service.sharding import STOP_TIMEOUT_S, Sharding
 
     prefix, namespace, timings, identity = memo.shard_leases
+    previous = getattr(memo, "shard_thread", None)
+    if previous is not None:  # kopf retried the startup handler: one Lease thread per identity, never two
+        await previous.stop()
     sharding = Sharding(ops.shards, ops.shard_by, ops.shard_label)
     # The Leases have a thread, an event loop and a transport of their own (no request slots shared with the
     # handlers' requests): a replica taking over a dead one's shards queues hundreds of requests and opens

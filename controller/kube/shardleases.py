@@ -119,6 +119,8 @@ class ShardLeases:
     requests: int = 0  # Lease requests sent (reads and writes), for the bench and tests
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _next_scan: datetime | None = None
+    _releasing: dict[int, float] = field(default_factory=dict)  # shards being given back -> their last renewal sent
+    _writes: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)  # renewal rounds vs give-backs
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _members: dict[str, tuple[str, datetime]] = field(default_factory=dict)  # annotation -> (value, seen change)
     _beat: int = 0
@@ -171,7 +173,7 @@ class ShardLeases:
                 time.sleep(WATCHDOG_PERIOD_S)
                 now = time.monotonic()
                 with self._lock:
-                    held = list(self.renewed_sent.items())
+                    held = list(self.renewed_sent.items()) + list(self._releasing.items())
                 late = [s for s, sent in held if now - sent > self.timings.renew_deadline_s]
                 if late:
                     self._end(1, f"No renewal of the shard Lease(s) {late} for {self.timings.renew_deadline_s:g} s")
@@ -269,29 +271,50 @@ class ShardLeases:
         return out
 
     async def look(self) -> None:
-        """One look: renew the held shards (first, at once). Every `scan_period_s`, meanwhile: read the
-        heartbeats and the shards not held, plan (`plan_shards`), then give back and take. Every write is
-        conditional on the version last read or answered; no held shard is read before its renewal."""
+        """One look: renew the held shards (first, at once). When a scan is due (every `scan_period_s`, and
+        at the instant another replica's Lease expires): read the heartbeats and the shards not held, plan
+        (`plan_shards`), then give back and take, while the held shards go on being renewed every
+        `retry_period_s` (a scan's requests, each up to a request timeout, and a give-back's stop may take
+        longer than the renew deadline). Every write is conditional on the version last read or answered;
+        no held shard is read before its renewal."""
         now = self.clock()
         held = set(self._held())
-        # The held shards are renewed first, whatever else this look does: a scan's reads (the heartbeats,
-        # the shards not held) may each take up to a request timeout on a loaded API server, and renewals
-        # sent after them missed the renew deadline (a replica at 3,300 boxes ended so).
-        renewing = asyncio.ensure_future(self._renew(sorted(held), now))
         if self._next_scan is not None and now < self._next_scan:
-            await renewing
+            await self._renew(sorted(held), now)
             return
+        done, renewed = asyncio.Event(), asyncio.Event()
+        keeper = asyncio.ensure_future(self._keep_renewing(done, renewed))
+        try:
+            await self._scan(now, held, renewed)
+        finally:
+            done.set()
+            await keeper
+
+    async def _keep_renewing(self, done: asyncio.Event, renewed: asyncio.Event | None = None) -> None:
+        """Renew the held shards and those being given back now and every `retry_period_s` until `done`;
+        `renewed` is set once the first round ended."""
+        while True:
+            async with self._writes:
+                with self._lock:
+                    shards = sorted(set(self.renewed_sent) | set(self._releasing))
+                await self._renew(shards, self.clock())
+            if renewed is not None:
+                renewed.set()
+            try:
+                await asyncio.wait_for(done.wait(), self.timings.retry_period_s)
+                return
+            except asyncio.TimeoutError:
+                continue
+
+    async def _scan(self, now: datetime, held: set[int], renewed: asyncio.Event) -> None:
         names = [shard_lease_name(self.prefix, i) for i in range(self.total)]
         try:
-            try:
-                await self._read_members(now)
-                read = await asyncio.gather(*(self._get(names[i]) for i in range(self.total) if i not in held))
-            finally:
-                await renewing
+            await self._read_members(now)
+            read = await asyncio.gather(*(self._get(names[i]) for i in range(self.total) if i not in held))
         except (KubeApiError, asyncio.TimeoutError) as exc:
             logger.info("Shard Leases: read failed (%s)", getattr(exc, "status", None) or type(exc).__name__)
             return
-        held = {s for s in held if s in self.renewed_sent}  # a renewal that read another holder ended it
+        await renewed.wait()  # the held shards' records are their renewals' answers
         fresh = iter(read)
         leases = [self._body(names[i]) if i in held else next(fresh) for i in range(self.total)]
         records = [self._record(n, lease, now) for n, lease in zip(names, leases)]
@@ -305,23 +328,35 @@ class ShardLeases:
         before = self.served
         if plan.release:
             released = set(plan.release)
-            for shard in released:
-                self._sent(shard, None)
-            if self.on_change is not None:
-                self.on_change()
-            if self.stop_serving is not None and not await self._stopped_serving(released):
-                self._end(1, f"What ran for the shards {sorted(released)} did not stop")
-                return
-            for shard in plan.release:
-                lease = self._body(names[shard])  # the version this look's renewal answered
-                spec = dict((lease or {}).get("spec") or {}, holderIdentity=None, leaseDurationSeconds=1)
-                if await self._write(names[shard], lease, spec) is not None:
-                    logger.info("Gave the shard Lease %s back", names[shard])
+            # Given back: not served from now on, but renewed (by `_keep_renewing`) until what ran for them has
+            # stopped and their Leases are emptied, so no replica may take them while it still runs.
+            with self._lock:
+                for shard in released:
+                    self._releasing[shard] = self.renewed_sent.pop(shard, time.monotonic())
+            try:
+                if self.on_change is not None:
+                    self.on_change()
+                if self.stop_serving is not None and not await self._stopped_serving(released):
+                    self._end(1, f"What ran for the shards {sorted(released)} did not stop")
+                    return
+                async with self._writes:  # after any renewal in flight: the version it answered
+                    for shard in plan.release:
+                        lease = self._body(names[shard])
+                        spec = dict((lease or {}).get("spec") or {}, holderIdentity=None, leaseDurationSeconds=1)
+                        if await self._write(names[shard], lease, spec) is not None:
+                            logger.info("Gave the shard Lease %s back", names[shard])
+                    with self._lock:  # before any later renewal round: an emptied Lease is not renewed
+                        for shard in released:
+                            self._releasing.pop(shard, None)
+            finally:
+                with self._lock:
+                    for shard in released:
+                        self._releasing.pop(shard, None)
         # A shard the plan keeps that this replica does not renew (a take or renewal the server applied but
         # whose answer was lost): its Lease names this replica, renewed on the version read, as a held one.
         unrenewed = [s for s in plan.renew if s not in held]
         if plan.acquire or unrenewed:
-            await self._renew(unrenewed, now, acquire=plan.acquire, leases=leases)
+            await self._renew(unrenewed, now, acquire=plan.acquire, leases=leases, adopt=frozenset(unrenewed))
         if self.served != before and self.on_change is not None:
             self.on_change()
 
@@ -339,7 +374,7 @@ class ShardLeases:
         return seen.body if seen is not None else None
 
     async def _renew(self, renew: list[int], now: datetime, acquire: tuple[int, ...] = (),
-                     leases: list[dict[str, Any] | None] | None = None) -> None:
+                     leases: list[dict[str, Any] | None] | None = None, adopt: frozenset[int] = frozenset()) -> None:
         """Renew `renew` (held: the body is the last one answered) and take `acquire` (the body read), all at
         once: one round trip a look whatever the number of shards (one after the other, a slow API server
         made the first shard's renewals a look's duration apart). A renewal answered 409 reads the Lease: held
@@ -361,7 +396,12 @@ class ShardLeases:
                 sent = time.monotonic()
                 answer, status = await self._put(name, lease, spec)
                 if answer is not None:
-                    self._sent(shard, sent)
+                    with self._lock:
+                        if shard in self._releasing:  # renewed, not served
+                            self._releasing[shard] = sent
+                        elif shard in self.renewed_sent or taking or shard in adopt:
+                            self.renewed_sent[shard] = sent
+                        # else: given back while this renewal was in flight; it is not served again
                     self._record(name, answer, now)
                     if taking:
                         logger.info("Acquired the shard Lease %s/%s as %s", self.namespace, name, self.identity)
@@ -397,14 +437,25 @@ class ShardLeases:
 
     async def release_all(self) -> None:
         """Stop serving and give every held shard back (SIGTERM, the operator stopping)."""
-        held = set(self._held())
         with self._lock:
+            held = set(self.renewed_sent)
+            self._releasing.update(self.renewed_sent)  # renewed, not served, until they stopped
             self.renewed_sent.clear()
         if not held:
             return
         if self.on_change is not None:
             self.on_change()
-        if self.stop_serving is not None and not await self._stopped_serving(held):
+        done = asyncio.Event()
+        keeper = asyncio.ensure_future(self._keep_renewing(done))
+        try:
+            stopped = self.stop_serving is None or await self._stopped_serving(held)
+        finally:
+            done.set()
+            await keeper
+            with self._lock:
+                for shard in held:
+                    self._releasing.pop(shard, None)
+        if not stopped:
             self._end(1, f"What ran for the shards {sorted(held)} did not stop")
             return
         for shard in sorted(held):
@@ -490,7 +541,7 @@ class LeaseThread:
 
     async def stop(self, timeout_s: float = 30.0) -> None:
         """Stop looking, give every held shard back (`ShardLeases.release_all`), close the transport, end the
-        thread. Bounded by `timeout_s` seconds (then the thread is left to the process's exit)."""
+        thread. Bounded by `timeout_s` seconds (then the thread is left to the process's exit). Idempotent."""
         async def close() -> None:
             if self._stopped is not None:
                 self._stopped.set()
@@ -498,6 +549,8 @@ class LeaseThread:
                 await asyncio.wrap_future(self._running)
             await self.leases.rest.aclose()
 
+        if self._closing.is_set() or not self._thread.is_alive():  # stopped already (or never started)
+            return
         self._closing.set()
         if self._beats is not None:
             self._beats.cancel()
