@@ -84,8 +84,118 @@ class _Seen:
     body: dict[str, Any] | None = None
 
 
+class _LeaseRequests:
+    """The Lease requests and records of `ShardLeases` (its I/O half: reads, conditional writes, what this
+    replica saw of each Lease and of the heartbeats). Uses the dataclass's fields: `rest`, `namespace`,
+    `prefix`, `identity`, `timings`, `requests`, `_seen`, `_members`, `_beat`, `_beat_sent`."""
+
+    rest: Rest
+    namespace: str
+    prefix: str
+    identity: str
+    timings: ElectionTimings
+    requests: int
+    _seen: dict[str, _Seen]
+    _members: dict[str, tuple[str, datetime]]
+    _beat: int
+    _beat_sent: float | None
+
+    def _path(self, name: str | None = None) -> str:
+        parts = ["apis", "coordination.k8s.io", "v1", "namespaces", self.namespace, "leases"]
+        return path_of(*parts, name) if name else path_of(*parts)
+
+    async def _get(self, name: str) -> dict[str, Any] | None:
+        self.requests += 1
+        lease = await asyncio.wait_for(self.rest.request("GET", self._path(name), missing_ok=True), self._timeout)
+        return lease if isinstance(lease, dict) else None
+
+    @property
+    def _timeout(self) -> float:
+        return max(1.0, self.timings.renew_deadline_s / 3)
+
+    async def _write(self, name: str, lease: dict[str, Any] | None, spec: dict[str, Any],
+                     annotations: dict[str, str | None] | None = None) -> dict[str, Any] | None:
+        """Create the Lease (`lease` None) or replace the version read; None when another replica won (409)
+        or the request failed."""
+        return (await self._put(name, lease, spec, annotations))[0]
+
+    async def _put(self, name: str, lease: dict[str, Any] | None, spec: dict[str, Any],
+                   annotations: dict[str, str | None] | None = None) -> tuple[dict[str, Any] | None, int]:
+        """`_write`, with the HTTP status: (answer, 200), (None, 409) when the version was not the current one,
+        (None, 0) when the request failed or timed out."""
+        self.requests += 1
+        meta: dict[str, Any] = {"name": name, "namespace": self.namespace}
+        if lease is not None:
+            meta = dict(lease.get("metadata") or {}, **meta)
+        if annotations is not None:
+            meta["annotations"] = {k: v for k, v in annotations.items() if v is not None}
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
+        try:
+            if lease is None:
+                answer = await asyncio.wait_for(self.rest.request("POST", self._path(), body=body), self._timeout)
+            else:
+                answer = await asyncio.wait_for(self.rest.request("PUT", self._path(name), body=body), self._timeout)
+        except KubeApiError as exc:
+            if exc.status not in (409,):
+                logger.info("Shard Lease %s: write failed (%s)", name, exc.status or exc.reason)
+            return None, 409 if exc.status == 409 else 0
+        except asyncio.TimeoutError:
+            logger.info("Shard Lease %s: write timed out", name)
+            return None, 0
+        return (answer, 200) if isinstance(answer, dict) else (None, 0)
+
+    def _record(self, name: str, lease: dict[str, Any] | None, now: datetime) -> LeaseRecord:
+        spec = (lease or {}).get("spec") or {}
+        holder = spec.get("holderIdentity") or None
+        key = (holder, spec.get("renewTime"), (lease or {}).get("metadata", {}).get("resourceVersion"))
+        seen = self._seen.setdefault(name, _Seen())
+        if seen.key != key:
+            seen.key, seen.changed_at = key, now
+        seen.body = lease
+        if holder is None:
+            return FREE
+        return LeaseRecord(holder, seen.changed_at, float(spec.get("leaseDurationSeconds") or 0))
+
+    async def _read_members(self, now: datetime) -> dict[str, Any] | None:
+        name = members_lease_name(self.prefix)
+        lease = await self._get(name)
+        ann = ((lease or {}).get("metadata") or {}).get("annotations") or {}
+        current = {k: v for k, v in ann.items() if k.startswith(MEMBER_PREFIX)}
+        for key, value in current.items():
+            if self._members.get(key, ("", now))[0] != value:
+                self._members[key] = (value, now)
+        for key in list(self._members):
+            if key not in current:
+                del self._members[key]
+        own = MEMBER_PREFIX + _digest(self.identity)
+        beat_due = self._beat_sent is None or time.monotonic() - self._beat_sent >= self.timings.lease_duration_s / 3
+        if beat_due:
+            self._beat += 1
+            stale = self.timings.lease_duration_s * 3
+            new = {k: v for k, (v, seen) in self._members.items() if (now - seen).total_seconds() < stale}
+            new.update({k: v for k, v in ann.items() if not k.startswith(MEMBER_PREFIX)})
+            new[own] = f"{self.identity} {self._beat}"
+            sent = time.monotonic()
+            if await self._write(name, lease, {}, new) is not None:
+                self._beat_sent = sent
+        return lease
+
+    def _member_beats(self) -> dict[str, datetime]:
+        out: dict[str, datetime] = {}
+        for value, seen in self._members.values():
+            identity = value.rsplit(" ", 1)[0]
+            if identity != self.identity:
+                out[identity] = seen
+        return out
+
+    def _body(self, name: str) -> dict[str, Any] | None:
+        seen = self._seen.get(name)
+        return seen.body if seen is not None else None
+
+
+
 @dataclass
-class ShardLeases:
+class ShardLeases(_LeaseRequests):
     """One replica's shard Leases.
 
     Args:
@@ -180,95 +290,6 @@ class ShardLeases:
         thread = threading.Thread(target=watch, name="shard-lease-watchdog", daemon=True)
         thread.start()
         return thread
-
-    # ------------------------------------------------------------------------------------------ I/O
-    def _path(self, name: str | None = None) -> str:
-        parts = ["apis", "coordination.k8s.io", "v1", "namespaces", self.namespace, "leases"]
-        return path_of(*parts, name) if name else path_of(*parts)
-
-    async def _get(self, name: str) -> dict[str, Any] | None:
-        self.requests += 1
-        lease = await asyncio.wait_for(self.rest.request("GET", self._path(name), missing_ok=True), self._timeout)
-        return lease if isinstance(lease, dict) else None
-
-    @property
-    def _timeout(self) -> float:
-        return max(1.0, self.timings.renew_deadline_s / 3)
-
-    async def _write(self, name: str, lease: dict[str, Any] | None, spec: dict[str, Any],
-                     annotations: dict[str, str | None] | None = None) -> dict[str, Any] | None:
-        """Create the Lease (`lease` None) or replace the version read; None when another replica won (409)
-        or the request failed."""
-        return (await self._put(name, lease, spec, annotations))[0]
-
-    async def _put(self, name: str, lease: dict[str, Any] | None, spec: dict[str, Any],
-                   annotations: dict[str, str | None] | None = None) -> tuple[dict[str, Any] | None, int]:
-        """`_write`, with the HTTP status: (answer, 200), (None, 409) when the version was not the current one,
-        (None, 0) when the request failed or timed out."""
-        self.requests += 1
-        meta: dict[str, Any] = {"name": name, "namespace": self.namespace}
-        if lease is not None:
-            meta = dict(lease.get("metadata") or {}, **meta)
-        if annotations is not None:
-            meta["annotations"] = {k: v for k, v in annotations.items() if v is not None}
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
-        try:
-            if lease is None:
-                answer = await asyncio.wait_for(self.rest.request("POST", self._path(), body=body), self._timeout)
-            else:
-                answer = await asyncio.wait_for(self.rest.request("PUT", self._path(name), body=body), self._timeout)
-        except KubeApiError as exc:
-            if exc.status not in (409,):
-                logger.info("Shard Lease %s: write failed (%s)", name, exc.status or exc.reason)
-            return None, 409 if exc.status == 409 else 0
-        except asyncio.TimeoutError:
-            logger.info("Shard Lease %s: write timed out", name)
-            return None, 0
-        return (answer, 200) if isinstance(answer, dict) else (None, 0)
-
-    def _record(self, name: str, lease: dict[str, Any] | None, now: datetime) -> LeaseRecord:
-        spec = (lease or {}).get("spec") or {}
-        holder = spec.get("holderIdentity") or None
-        key = (holder, spec.get("renewTime"), (lease or {}).get("metadata", {}).get("resourceVersion"))
-        seen = self._seen.setdefault(name, _Seen())
-        if seen.key != key:
-            seen.key, seen.changed_at = key, now
-        seen.body = lease
-        if holder is None:
-            return FREE
-        return LeaseRecord(holder, seen.changed_at, float(spec.get("leaseDurationSeconds") or 0))
-
-    async def _read_members(self, now: datetime) -> dict[str, Any] | None:
-        name = members_lease_name(self.prefix)
-        lease = await self._get(name)
-        ann = ((lease or {}).get("metadata") or {}).get("annotations") or {}
-        current = {k: v for k, v in ann.items() if k.startswith(MEMBER_PREFIX)}
-        for key, value in current.items():
-            if self._members.get(key, ("", now))[0] != value:
-                self._members[key] = (value, now)
-        for key in list(self._members):
-            if key not in current:
-                del self._members[key]
-        own = MEMBER_PREFIX + _digest(self.identity)
-        beat_due = self._beat_sent is None or time.monotonic() - self._beat_sent >= self.timings.lease_duration_s / 3
-        if beat_due:
-            self._beat += 1
-            stale = self.timings.lease_duration_s * 3
-            new = {k: v for k, (v, seen) in self._members.items() if (now - seen).total_seconds() < stale}
-            new.update({k: v for k, v in ann.items() if not k.startswith(MEMBER_PREFIX)})
-            new[own] = f"{self.identity} {self._beat}"
-            sent = time.monotonic()
-            if await self._write(name, lease, {}, new) is not None:
-                self._beat_sent = sent
-        return lease
-
-    def _member_beats(self) -> dict[str, datetime]:
-        out: dict[str, datetime] = {}
-        for value, seen in self._members.values():
-            identity = value.rsplit(" ", 1)[0]
-            if identity != self.identity:
-                out[identity] = seen
-        return out
 
     async def look(self) -> None:
         """One look: renew the held shards (first, at once). When a scan is due (every `scan_period_s`, and
@@ -368,10 +389,6 @@ class ShardLeases:
         except Exception as exc:  # noqa: BLE001 -- the caller ends the process
             logger.warning("Shard Leases: stopping shards %s failed (%s)", sorted(shards), type(exc).__name__)
             return False
-
-    def _body(self, name: str) -> dict[str, Any] | None:
-        seen = self._seen.get(name)
-        return seen.body if seen is not None else None
 
     async def _renew(self, renew: list[int], now: datetime, acquire: tuple[int, ...] = (),
                      leases: list[dict[str, Any] | None] | None = None, adopt: frozenset[int] = frozenset()) -> None:
