@@ -291,6 +291,11 @@ def due_outcome(fake: FakeTabs, boxes: list[str], since: float, reset: float, du
 STALLS = LoopStalls()  # the bench process's loop: the emulated API server's (figures in the JSON, error or not)
 
 
+def emulator_figures(args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON's `emulator`: the bench process's loop stalls and GC pauses (`LoopStalls`), its freeze period."""
+    return {**STALLS.figures(), "freeze_period_s": args.emulator_freeze}
+
+
 async def freeze_every(period_s: float) -> None:
     """Move every object the bench process holds (the emulator's store, journals, event logs) out of the
     garbage collector's reach every `period_s` seconds, without a full collection first: at 10,000 boxes a
@@ -648,7 +653,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             "emulator_cpu_s": round(time.process_time(), 1), "emulator_rss_mib": round(proc_rss_mib(os.getpid()), 1),
             "server_errors": len(world.kube.server_errors),
             "api_latency_max_s": round(max(latency), 2),  # a Lease list GET by the bench, every second
-            "emulator": {**STALLS.figures(), "freeze_period_s": args.emulator_freeze},
+            "emulator": emulator_figures(args),
             "wall_s": round(time.time() - t_start, 1),
         }
     finally:
@@ -718,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
         log(str(exc))
         result = {"error": str(exc), "boxes": args.boxes, "replicas": args.replicas, "shards": args.shards,
                   "load_avg_1m": round(os.getloadavg()[0], 2),
-                  "emulator": {**STALLS.figures(), "freeze_period_s": args.emulator_freeze}}
+                  "emulator": emulator_figures(args)}
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -121,14 +121,14 @@ async def test_release_all_stops_serving_then_empties_the_holders(kube: KubeEmul
     assert stopped == [("a", {0, 1, 2, 3})] and holders(kube) == [None] * 4 and a.served == frozenset()
 
 
-class SlowLeaseWrites:
-    """A transport whose Lease writes each take `delay_s` (an API server under load)."""
+class SlowLeaseRequests:
+    """A transport whose Lease requests of `methods` each take `delay_s` (an API server under load)."""
 
-    def __init__(self, rest: Rest, delay_s: float) -> None:
-        self.rest, self.delay_s = rest, delay_s
+    def __init__(self, rest: Rest, delay_s: float, methods: tuple[str, ...]) -> None:
+        self.rest, self.delay_s, self.methods = rest, delay_s, methods
 
     async def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        if method in ("PUT", "POST"):
+        if method in self.methods:
             await asyncio.sleep(self.delay_s)
         return await self.rest.request(method, path, **kwargs)
 
@@ -140,7 +140,7 @@ async def test_a_look_renews_every_held_shard_in_one_round_trip(kube: KubeEmulat
     a = replica(rest, "a", clock, stopped, exits)
     await a.look()
     assert a.served == {0, 1, 2, 3}
-    a.rest = SlowLeaseWrites(rest, 0.4)  # type: ignore[assignment]
+    a.rest = SlowLeaseRequests(rest, 0.4, ("PUT", "POST"))  # type: ignore[assignment]
     clock.advance(1)
     before = dict(a.renewed_sent)
     started = asyncio.get_running_loop().time()
@@ -310,18 +310,6 @@ async def test_a_main_loop_that_hangs_ends_the_process_though_the_lease_thread_r
         await runner.stop()
 
 
-class SlowLeaseReads:
-    """A transport whose Lease reads each take `delay_s` (an API server under load)."""
-
-    def __init__(self, rest: Rest, delay_s: float) -> None:
-        self.rest, self.delay_s = rest, delay_s
-
-    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        if method == "GET":
-            await asyncio.sleep(self.delay_s)
-        return await self.rest.request(method, path, **kwargs)
-
-
 async def test_a_scan_with_slow_reads_renews_the_held_shards_first(kube: KubeEmulator, rest: Rest):
     """A scan reads the heartbeats, then the shards not held; on a loaded API server each read may take
     seconds. The held shards' renewals go out at the look's start, not after the reads (a replica at 3,300
@@ -333,7 +321,7 @@ async def test_a_scan_with_slow_reads_renews_the_held_shards_first(kube: KubeEmu
                     exit=lambda code, why: exits.append(why))
     await a.look()
     assert a.served == {0, 1, 2, 3}
-    a.rest = SlowLeaseReads(rest, 0.3)  # type: ignore[assignment]
+    a.rest = SlowLeaseRequests(rest, 0.3, ("GET",))  # type: ignore[assignment]
     clock.advance(TIMINGS.lease_duration_s)  # a scan is due
     started = time.monotonic()
     await a.look()

@@ -19,7 +19,7 @@ from agentbox_sim.kube import KubeEmulator
 from controller.kube.election import ElectionTimings
 from controller.kube.rest import KubeApiError, Rest
 from controller.kube.shardleases import ShardLeases, shard_lease_name
-from tests.test_shard_leases import NS, TIMINGS, Clock, holders, rest  # noqa: F401 -- the `rest` fixture
+from tests.test_shard_leases import NS, TIMINGS, Clock, SlowLeaseRequests, holders, rest  # noqa: F401 -- the `rest` fixture
 
 pytestmark = pytest.mark.component
 
@@ -61,16 +61,6 @@ async def test_a_take_whose_answer_was_lost_is_served_within_a_scan_period(kube:
     assert exits == []
 
 
-class SlowReads:
-    def __init__(self, rest: Rest, delay_s: float) -> None:
-        self.rest, self.delay_s = rest, delay_s
-
-    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        if method == "GET":
-            await asyncio.sleep(self.delay_s)
-        return await self.rest.request(method, path, **kwargs)
-
-
 async def test_a_scan_with_slow_reads_does_not_starve_the_next_renewal(kube: KubeEmulator, rest: Rest):
     """A scan's requests run one after the other (heartbeat read, heartbeat write, shard reads, give-backs),
     each within the request timeout; the held shards are renewed at the look's start only, so the next
@@ -88,7 +78,7 @@ async def test_a_scan_with_slow_reads_does_not_starve_the_next_renewal(kube: Kub
         await b.look()
     assert len(a.served) == 2 and len(b.served) == 2 and exits == []
     mine = set(a.served)
-    a.rest = SlowReads(rest, 0.7)  # type: ignore[assignment]
+    a.rest = SlowLeaseRequests(rest, 0.7, ("GET",))  # type: ignore[assignment]
     clock.advance(timings.lease_duration_s)  # a scan is due: the heartbeats, then b's two shards
     await a.look()
     ages = {s: round(time.monotonic() - t, 2) for s, t in a.renewed_sent.items()}
