@@ -51,7 +51,10 @@ def _open_fn(aexec: AsyncExec):
     return open_
 
 
-async def _until(probe, timeout: float = 5.0) -> None:
+async def _until(probe, timeout: float = 20.0) -> None:
+    """Poll `probe` every 50 ms until it is true; TimeoutError after `timeout` s (generous: under CI's workers
+    on 2 cores a notification waited more than 5 s for this process's loop, which also runs the emulated
+    API server and kubelet)."""
     async with asyncio.timeout(timeout):
         while not await probe():
             await asyncio.sleep(0.05)
