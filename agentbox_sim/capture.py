@@ -191,11 +191,11 @@ async def claude_menu_stop(ctx: _Ctx) -> None:
 
 async def claude_weekly_far(ctx: _Ctx) -> None:
     """The weekly limit with a reset days away: the native wait does not take it (it gives up when the
-    reset is more than 24 hours out, corpus N16; 2.1.332 opens the options menu instead)."""
+    reset is more than 24 hours out, corpus N16; 2.1.332 and 2.1.337 open the options menu instead)."""
     await _claude(ctx, auto_continue=True, weekly_far=True)
     await ctx.until(lambda s: "weekly limit" in s, 60, "the weekly limit line")
     await asyncio.sleep(3.0)
-    # 2.1.332: no native wait for a reset days away; the options menu opens although auto-continue is on
+    # 2.1.332, 2.1.337: no native wait for a reset days away; the options menu opens although auto-continue is on
     ctx.save("claude-weekly-far", state="rate_limited", kind="usage", limit_menu=True, menu_choice=1, reset=True)
 
 

@@ -14,8 +14,8 @@ What lives here (see notes/real-agents.md for the measurements behind each setti
   stops every process started under its run marker (Codex leaves an app-server daemon per
   CODEX_HOME, reparented to PID 1) by pid.
 
-Versions are pinned: the detection profiles were measured against them (Claude Code 2.1.328 and
-2.1.332, Codex 0.169.0 and 0.171.0; screens in tests/fixtures/real-screens/<version>/). The
+Versions are pinned: the detection profiles were measured against them (Claude Code 2.1.328,
+2.1.332 and 2.1.337, Codex 0.169.0 and 0.171.0; screens in tests/fixtures/real-screens/<version>/). The
 environment variables AGENTBOX_AGENTS_DIR / AGENTBOX_CLAUDE_VERSION / AGENTBOX_CODEX_VERSION point
 the same code at other releases in another folder (`make agents-latest`).
 """
@@ -38,7 +38,7 @@ from typing import Any
 CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
 CODEX_PACKAGE = "@openai/codex"
 # The pins: the releases the profiles and tests/fixtures/real-screens/<version>/ were checked against.
-PINNED_CLAUDE_VERSION = "2.1.332"
+PINNED_CLAUDE_VERSION = "2.1.337"
 PINNED_CODEX_VERSION = "0.171.0"
 # `make agents-latest` runs the same tests against other releases in another folder:
 # AGENTBOX_AGENTS_DIR, AGENTBOX_CLAUDE_VERSION, AGENTBOX_CODEX_VERSION override the pins.

@@ -116,6 +116,61 @@ def test_menu_option_wait_here_is_not_the_native_wait():
     assert result.auto_continue is False
 
 
+# ------------------------------------------------------------------------------ Claude Code 2.1.337
+# 2.1.337 draws its notices ("Usage limit reached · set to continue automatically at …", "Automatic
+# continue cancelled · …") with the glyph ∷ instead of ●; while a notice is live it cycles ∴ ∷ ∵ ∷
+# (real captures in tests/fixtures/real-screens/2.1.337/). Agent output keeps ● / ⏺.
+FOOTER_2_1_337 = "  ⏸ manual mode on · ? for shortcuts · ← for agents"
+LIMIT_2_1_337 = "  ⎿  You've hit your 5-hour limit · resets 8:09pm (UTC)\n     /upgrade to increase your usage limit.\n"
+
+
+@pytest.mark.parametrize("glyph", ["∷", "∴", "∵"])
+def test_claude_2_1_337_notice_glyph_set_to_continue_is_the_native_wait(glyph):
+    """The wait announced above the prompt, the footer below it not (yet) showing it."""
+    screen = claude(LIMIT_2_1_337 + f"\n{glyph} Usage limit reached · set to continue automatically at 8:09pm",
+                    footer=FOOTER_2_1_337)
+    result = detect("claude-code", screen, at("2026-12-07T20:07:56Z"), "UTC")
+    check(result, TabState.RATE_LIMITED, LimitKind.USAGE, "2026-12-07T20:09:00Z", "five_hour", auto=True)
+    assert result.detected_by == "pattern:claude-code/native-wait"
+
+
+def test_claude_2_1_337_notice_glyph_cancelled_wait_is_read_after_its_announcement():
+    from controller.agents.claude_code import PROFILE
+    from controller.domain.detection import detect_screen
+
+    screen = claude(LIMIT_2_1_337 + "\n∷ Usage limit reached · set to continue automatically at 8:09pm\n\n"
+                    "∷ Automatic continue cancelled · /rate-limit-options to wait again", footer=FOOTER_2_1_337)
+    trace: list[str] = []
+    result = detect_screen(PROFILE, screen, at("2026-12-07T20:07:57Z"), "UTC", trace=trace)
+    check(result, TabState.RATE_LIMITED, LimitKind.USAGE, "2026-12-07T20:09:00Z", "five_hour", auto=False)
+    assert any("native-wait-cancelled" in t and "Automatic continue cancelled" in t for t in trace), trace
+    assert any("cancelled or gave up after it was announced" in t for t in trace), trace
+
+
+def test_claude_2_1_337_notice_rows_are_not_joined_to_the_row_above():
+    """Without blank rows between them, each ∷ notice is a line of its own: the cancel is not swallowed
+    by the limit line (joined, the line would read as a limit with the wait still armed)."""
+    screen = claude("  ⎿  You've hit your 5-hour limit · resets 8:09pm (UTC)\n"
+                    "∷ Usage limit reached · set to continue automatically at 8:09pm\n"
+                    "∷ Automatic continue cancelled · /rate-limit-options to wait again", footer=FOOTER_2_1_337)
+    check(detect("claude-code", screen, at("2026-12-07T20:07:57Z"), "UTC"),
+          TabState.RATE_LIMITED, LimitKind.USAGE, "2026-12-07T20:09:00Z", "five_hour", auto=False)
+
+
+def test_claude_2_1_337_notice_below_an_echoed_prompt_is_not_the_input():
+    """A ∷ notice below a bare ``❯ text`` row (no ruled input drawn) makes that row an echo, not the input."""
+    screen = ("❯ write hello\n\n∷ Usage limit reached · set to continue automatically at 8:09pm")
+    result = detect("claude-code", screen, at("2026-12-07T20:07:56Z"), "UTC")
+    check(result, TabState.RATE_LIMITED, LimitKind.USAGE, "2026-12-07T20:09:00Z", None, auto=True)
+    assert result.prompt_text is None
+
+
+def test_claude_2_1_337_footer_with_agents_hint_keeps_the_input():
+    screen = claude("⏺ Hello! What would you like me to write?", footer=FOOTER_2_1_337, prompt="draft the notes")
+    result = detect("claude-code", screen, at("2026-12-07T20:07:56Z"), "UTC")
+    assert result.state is TabState.IDLE and result.prompt_text == "draft the notes", result.to_json()
+
+
 # ------------------------------------------------------------------------------ Claude Code limit stops
 
 @pytest.mark.parametrize("line,resets,window,kind", [

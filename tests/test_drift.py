@@ -54,10 +54,10 @@ def test_pins_can_be_pointed_at_another_folder_and_release(tmp_path: pathlib.Pat
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO, check=True)
     folder, claude, codex, pinned = out.stdout.split()
     assert (folder, claude, codex) == (str(tmp_path), "9.9.9", "8.8.8")
-    assert pinned == "2.1.332"
+    assert pinned == "2.1.337"
 
 
 def test_make_agents_latest_exists_and_is_documented():
     assert "agents-latest:" in (REPO / "Makefile").read_text()
     readme = (REPO / "README.md").read_text()
-    assert "make agents-latest" in readme and "2.1.332" in readme and "0.171.0" in readme
+    assert "make agents-latest" in readme and "2.1.337" in readme and "0.171.0" in readme

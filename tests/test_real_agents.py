@@ -39,7 +39,7 @@ REAL = FAST.model_copy(update={
 })
 PROMPT = "write hello"
 # the native wait as the pinned releases word it: "continuing automatically at" (2.1.328),
-# "set to continue automatically at" (2.1.332)
+# "set to continue automatically at" (2.1.332, 2.1.337)
 NATIVE_WAIT = re.compile(r"(?:continuing|set to continue) automatically at", re.IGNORECASE)
 RESET_AHEAD_S = 20.0  # the CLI may take several seconds to send its request on a loaded 2-core machine
 

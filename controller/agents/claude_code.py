@@ -1,9 +1,9 @@
-"""Claude Code adapter: its screen line families (Claude Code 1.x-2.1.332) and its facts (provider, login, keys).
+"""Claude Code adapter: its screen line families (Claude Code 1.x-2.1.337) and its facts (provider, login, keys).
 
 The families are built from the shared vocabulary in :mod:`controller.domain.profile` (subject + verb
 + scope + noun, a reset clause, a time expression), not from sentences. Wordings they were checked
 against come from the corpus (tests/fixtures/corpus/limit-screens.jsonl, sources per case) and
-from the real CLI (2.1.328, 2.1.332) against the provider emulator (notes/real-agents.md):
+from the real CLI (2.1.328, 2.1.332, 2.1.337) against the provider emulator (notes/real-agents.md):
 
 - ``Claude AI usage limit reached|1755615600`` (1.0.x, epoch seconds)
 - ``Claude usage limit reached. Your limit will reset at 5pm (Europe/Warsaw).`` (1.0.x)
@@ -11,7 +11,8 @@ from the real CLI (2.1.328, 2.1.332) against the provider emulator (notes/real-a
 - ``You've hit your limit · resets 10pm (America/New_York)``, ``You've hit your session limit ·
   resets 4:20am (Europe/Warsaw)``, ``You've hit your weekly limit · resets Aug 3, 7am (Europe/Zurich)``
 - native wait: ``Usage limit reached · continuing automatically at 7pm · esc or type to cancel``,
-  ``● Usage limit reached · set to continue automatically at 7:13am`` (2.1.332) and the footer
+  ``● Usage limit reached · set to continue automatically at 7:13am`` (2.1.332; 2.1.337 draws its notices
+  with ``∷``, cycling ``∴ ∷ ∵`` while live: ``∷ Usage limit reached · …``) and the footer
   ``⚠ Usage limit reached · limit resets 5:13pm`` / ``Continuing automatically at 5:13pm · Esc to cancel``;
   cancelled or given up: ``● Automatic continue cancelled · …``, ``● Automatic continue stopped · …``
 - spend caps ``You've hit your monthly spend limit`` (credits; usage when the line names a reset),
@@ -111,7 +112,7 @@ def parse_input(rows: Sequence[ScreenLine]) -> InputBox | None:
 
 
 _FOOTER_START = re.compile(r"^(?:\?\s+for shortcuts|⏵|esc to|Continuing shortly|[─━]{3,})", re.IGNORECASE)
-_FOOTER_BAD = re.compile(r"^(?:[⏺●⎿✶✻✽✢✳■•›❯>]|\d{1,2}[.)]\s|What do you want|Do you want|Enter to confirm|Esc to cancel)")
+_FOOTER_BAD = re.compile(r"^(?:[⏺●∴∷∵⎿✶✻✽✢✳■•›❯>]|\d{1,2}[.)]\s|What do you want|Do you want|Enter to confirm|Esc to cancel)")
 
 
 def _text(rows: Sequence[ScreenLine]) -> str:
@@ -170,7 +171,7 @@ PROFILE = Profile(
         lp("limit-reset", r"(?:usage\s+)?limit\s+(?:has\s+)?reset\b(?:\s+early)?" + SEP + r"(?:continu|resum)\w*"),
     ),
     # the native wait: "● Usage limit reached · continuing automatically at 5:13pm · esc to cancel"
-    # (2.1.328), "… · set to continue automatically at 7:13am" (2.1.332), the footer's
+    # (2.1.328), "… · set to continue automatically at 7:13am" (2.1.332; "∷ …" in 2.1.337), the footer's
     # "Continuing automatically at 5:13pm · Esc to cancel" and, after the reset, "Continuing shortly"
     auto_continue=(
         lp("native-wait", r"(?:(?<![\w-])(?:[\w-]+\s+){0,3}?limit\s+(?:reached|hit|exhausted)" + SEP + r")?" + AUTO_CONTINUE),

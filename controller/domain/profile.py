@@ -86,7 +86,7 @@ OWNER = r"(?:your|the|its|their|this|all(?:\s+of)?\s+your)"
 # rescans it to its end each time (quadratic; a box's 60,000-character line held the controller ~5 s).
 SCOPE = r"(?<![\w.\-/+" + APOS[1:-1] + r"])(?P<window>(?:[\w.\-/+" + APOS[1:-1] + r"]+\s+){0,4}?)"
 LIMIT_NOUN = r"(?:(?:usage|rate|message|plan|request|token)\s+)?(?:limit|quota|allowance)s?\b"
-# "continuing automatically", "set to continue automatically" (2.1.332), "will resume automatically"
+# "continuing automatically", "set to continue automatically" (2.1.332, 2.1.337), "will resume automatically"
 AUTO_CONTINUE = (r"(?:(?:claude(?:\s+code)?|codex|it|we|this\s+(?:task|session))\s+)?(?:(?:is|are)\s+)?(?:set\s+to\s+|going\s+to\s+|will\s+)?"
                  r"(?:continu(?:e|es|ing)|resum(?:e|es|ing))\s+automatically\b"
                  r"(?!\s+(?:at|when|on)\s+(?:the\s+|a\s+)?(?:usage\s+)?limit)")

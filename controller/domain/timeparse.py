@@ -330,7 +330,7 @@ def parse_when(
 ) -> datetime | None:
     """Parse the reset expression at the start of ``text`` (the rest of the line is ignored).
 
-    One grammar for every agent (as Claude Code 1.x-2.1.332 and Codex 0.x print them, and the
+    One grammar for every agent (as Claude Code 1.x-2.1.337 and Codex 0.x print them, and the
     variants reports show): clock times with or without minutes and am/pm ("5pm", "5:30am",
     "12am", "17:19", "07:16"); dates with or without a year in either order, ordinals, "at" or a
     comma between date and clock ("Nov 13 at 9am", "Aug 3, 7am", "Mar 10th, 2026 3:39 AM",

@@ -54,7 +54,9 @@ def _ev(info: _Info) -> _Event:
 
 
 _SLASH_ECHO = re.compile(r"^[>❯›]\s*/[\w-]+(?:\s|$)")
-_PREFIX = re.compile(r"^[\s⎿●⏺■🖐\ufe0f⚠•◦>❯›│▌✗✘×!*\-]*")
+# glyphs before a line's text; ∴ ∷ ∵: Claude Code 2.1.337's notice glyph ("∷ Usage limit reached · …",
+# cycling ∴ ∷ ∵ while the notice is live)
+_PREFIX = re.compile(r"^[\s⎿●⏺∴∷∵■🖐\ufe0f⚠•◦>❯›│▌✗✘×!*\-]*")
 _QUOTES_OPEN = "“«‘"
 _OPTION = re.compile(r"^(?P<cursor>[❯›>▸▶]\s*)?(?P<num>\d{1,2})[.)]\s+(?P<text>.+)$")
 

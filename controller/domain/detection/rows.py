@@ -133,9 +133,10 @@ class JoinedLine:
     changed: bool = False
 
 
-# A row starting like this begins a new logical line (it is not a wrapped continuation).
+# A row starting like this begins a new logical line (it is not a wrapped continuation); ∴ ∷ ∵ are
+# Claude Code 2.1.337's notice glyphs.
 _STARTER = re.compile(
-    r"^(?:[⎿●⏺■🖐⚠◦└├›❯>✶✻✽✢✳*$#✔✓✗✘☐☒□▪‣⏵↓↑─▌\[]"
+    r"^(?:[⎿●⏺∴∷∵■🖐⚠◦└├›❯>✶✻✽✢✳*$#✔✓✗✘☐☒□▪‣⏵↓↑─▌\[]"
     r"|[·•](?!\s*[a-z])"  # a separator that wrapped to the row start ("· resets 5pm") continues the line
     r"|\d+[.)]\s"
     r"|(?:ERROR|Error|Warning|WARN|Press|Enter to|Esc to|Tip:|\? for)\b)"
