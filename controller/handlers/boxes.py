@@ -12,7 +12,7 @@ from controller.handlers.registry import REGISTRY
 
 from controller import constants as C
 from controller import metrics
-from controller.handlers.daemons import existence_check, poster, run_passes, run_sharded, served_here
+from controller.handlers.daemons import existence_check, events_here, poster, run_passes, run_sharded, served_here
 from controller.events import ObjectRef
 from controller.runtime import Runtime
 from controller.service.boxes import reconcile_box
@@ -71,7 +71,8 @@ _ASKED = (C.ANNOTATION_RESUME_NOW, C.ANNOTATION_RESUME_AT, C.ANNOTATION_CANCEL_R
 _asked: dict[tuple[str, str], tuple[str | None, ...]] = {}
 
 
-@kopf.on.event(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="box-event", registry=REGISTRY)
+@kopf.on.event(C.GROUP, C.VERSION, C.AGENTBOX_PLURAL, id="box-event", when=events_here(C.AGENTBOX_PLURAL),
+               registry=REGISTRY)
 async def box_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Every watch event of a box (one handler: kopf's cost is per handler and event). Records that the box
     exists or is gone (`Runtime.presence`: the tab watcher's existence check needs no GET), and wakes its tab

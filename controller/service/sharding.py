@@ -54,6 +54,10 @@ class Sharding:
         shard = self.shard(plural, namespace, name, labels)
         return not isinstance(shard, BadShardLabel) and shard in self.served()
 
+    def running(self, plural: str, namespace: str, name: str) -> bool:
+        """Work for the object runs here (`serve`), also while it is being stopped after a give-back."""
+        return (plural, namespace, name) in self._serving
+
     def changed(self) -> None:
         """The served shards changed: wake every daemon waiting for its shard."""
         self._changed.set()
