@@ -191,7 +191,9 @@ async def test_refused_refresh_disconnects_and_keeps_the_windows(world: World):
     assert "refused" in cond["LoginRefreshed"]["message"] and "login-shared" in cond["LoginRefreshed"]["message"]
     assert "sk-ant" not in json.dumps(st), "no token text in the status"
     assert st["windows"] == windows, "the last good windows are kept"
-    assert any(e["reason"] == "LoginRefreshRefused" for e in world.events("shared"))
+    # The Event is posted in the background (sc.post_event), so it may land after the status write.
+    await eventually(lambda: any(e["reason"] == "LoginRefreshRefused" for e in world.events("shared")), 10,
+                     what="LoginRefreshRefused Event")
     await asyncio.sleep(2.0)
     assert sub_status(world, "shared").get("state") == "Disconnected", "not retried until the Secret changes"
     assert world.provider.count(TOKEN_PATH["anthropic"]) == 1, "the refused refresh token is not sent again"
