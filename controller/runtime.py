@@ -13,6 +13,7 @@ from controller.service.loginload import SharedLogins
 from controller.service.podcache import WatchedPods
 from controller.service.presence import Presence
 from controller.service.status import StatusWriter
+from controller.service.subcache import WatchedSubscriptions
 from controller.service.subviews import SubscriptionViews
 from controller.settings import Clock, Settings, utcnow
 
@@ -41,6 +42,9 @@ class Runtime:
             (:func:`controller.service.status.writer_of`), shared by every writer of that object.
         sub_views: rotation's views of each namespace's Subscriptions, converted once per object version
             (`controller.service.subviews.SubscriptionViews`).
+        subscriptions: the Subscriptions as their watch delivered them (kopf's index, given by the startup
+            handler; `controller.service.subcache.WatchedSubscriptions`), read by every watcher pass instead
+            of a LIST.
         logins: a Subscription's login loaded once for the boxes that ask at the same instant
             (`controller.service.loginload.SharedLogins`; nothing kept after).
         pods: the box pods as the pod watch delivered them (`controller.service.podcache.WatchedPods`).
@@ -73,6 +77,7 @@ class Runtime:
     box_changes: dict[tuple[str, str], int] = field(default_factory=dict)
     daemon_uids: dict[tuple[str, str], str | None] = field(default_factory=dict)
     sub_views: SubscriptionViews = field(default_factory=SubscriptionViews)
+    subscriptions: WatchedSubscriptions = field(default_factory=WatchedSubscriptions)
     logins: SharedLogins = field(default_factory=SharedLogins)
     pods: WatchedPods = field(default_factory=WatchedPods)
     presence: Presence = field(default_factory=Presence)

@@ -70,6 +70,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
                            events=Recorder(kube, notifier, clock, refresh_s=ops.event_refresh_s,
                                            quiet_s=ops.event_quiet_s))
     memo.reader = reader
+    # kopf's Subscription index (`subscriptions_by_namespace`), passed to every handler as a kwarg.
+    memo.runtime.subscriptions.index = _.get("subscriptions_by_namespace")
     if ops.shards > 1:
         await _start_sharding(settings, memo, ops, rest, logger)
     memo.gc_before = heap.tune(ops.gc_gen0_threshold)

@@ -14,6 +14,7 @@ from controller import metrics
 from controller.handlers.daemons import existence_check, poster, run_passes, run_sharded, served_here
 from controller.runtime import Runtime
 from controller.service.status import forget_writer
+from controller.service.subcache import index_entry
 from controller.service.subscriptions import SubscriptionReader, validate_subscription, wake_boxes
 
 
@@ -38,6 +39,14 @@ async def _validate(body: kopf.Body, memo: kopf.Memo) -> None:
         post(type_, reason, message)
 
 
+@kopf.index(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="subscriptions_by_namespace", registry=REGISTRY)
+def subscriptions_by_namespace(namespace: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+    """kopf's index of every Subscription by namespace (`controller.service.subcache`): the watcher passes
+    read their namespace's Subscriptions here, not with a LIST. kopf updates it before any other handler of
+    the same event runs, and runs no resource handler before its initial listing is in."""
+    return index_entry(namespace, body)
+
+
 @kopf.on.event(C.GROUP, C.VERSION, C.SUBSCRIPTION_PLURAL, id="subscription-event", registry=REGISTRY)
 async def subscription_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Every watch event of a subscription: record that it exists or is gone (`Runtime.presence`: the usage
@@ -46,8 +55,9 @@ async def subscription_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.M
     rt: Runtime = memo.runtime
     rt.presence.observe(C.SUBSCRIPTION_PLURAL, event.get("type"), event.get("object"))
     if event.get("type") != "DELETED":
-        if rt.sharding is not None:  # its reader may run in another replica: its state change wakes ours
-            _wake_on_state_change(rt, body)
+        # Its reader may run in another replica (shards), and the passes read the Subscriptions from the
+        # index, which has this event only now: a state change wakes the boxes it concerns from here.
+        _wake_on_state_change(rt, body)
         return
     _states.pop((body.metadata.namespace, body.metadata.name), None)
     wake = rt.wakeups.get((C.SUBSCRIPTION_PLURAL + "/" + body.metadata.namespace, body.metadata.name))
@@ -61,8 +71,10 @@ _states: dict[tuple[str, str], str | None] = {}
 
 
 def _wake_on_state_change(rt: Runtime, body: kopf.Body) -> None:
-    """With shards: wake this replica's boxes that a change of the Subscription's `status.state` concerns
-    (its usage reader, which wakes them itself, may run in another replica)."""
+    """Wake this replica's boxes that a change of the Subscription's `status.state` concerns. Its usage
+    reader wakes them too when it runs here, but their passes read the Subscriptions from the watch
+    (`controller.service.subcache`), which may not have brought the change yet; with shards the reader may
+    run in another replica."""
     key = (body.metadata.namespace, body.metadata.name)
     state = (body.get("status") or {}).get("state")
     if key in _states and _states[key] != state:

@@ -163,7 +163,9 @@ class BoxWatcher:
             return d.next_pass_in(self.rt.clock())
         now = self.rt.clock()
         dets = {tab.name: self._detect(spec.agent, screens.get(tab.id, ""), now, tz, patterns) for tab in tabs}
-        subs = await self.rt.kube.list_custom_shared(C.SUBSCRIPTION_PLURAL, self.namespace)
+        subs = self.rt.subscriptions.of(self.namespace)  # the watch's copies (kopf's index): no LIST
+        if subs is None:  # no index (the service run without kopf's startup)
+            subs = await self.rt.kube.list_custom_shared(C.SUBSCRIPTION_PLURAL, self.namespace)
         candidates, reserves = self.rt.sub_views.of(self.namespace, subs)  # converted once per object version
         obs = replace(
             obs, tabs=tuple(TabView(t.name, t.id, t.pane_id, t.at_shell, screens.get(t.id, ""), dets[t.name],
