@@ -344,7 +344,8 @@ class JournalEntry:
     emulator's listening port the request came in on: which client made it, when each client was given
     its own listener with :meth:`KubeEmulator.add_port`; 0 if unknown), ``at`` (epoch seconds when it
     arrived), ``peer_port`` (the client's source port: requests with the same one came over the same
-    connection; 0 if unknown)."""
+    connection; 0 if unknown), ``answered`` (epoch seconds when its handler returned the answer: for a watch or
+an exec, when the stream ended; 0 while unanswered or when the connection was cut)."""
 
     method: str
     path: str
@@ -355,6 +356,7 @@ class JournalEntry:
     port: int = 0
     at: float = dataclasses.field(default_factory=time.time)
     peer_port: int = 0
+    answered: float = 0.0
 
     @property
     def params(self) -> dict[str, list[str]]:
@@ -1094,6 +1096,7 @@ class KubeEmulator:
             response = ApiError(500, "InternalError", f"emulator failure: {exc!r}").response()
         if entry.status is None:
             entry.status = response.status
+        entry.answered = time.time()
         return response
 
     def fail_next(self, method: str, path: str, *, status: int = 500, n: int = 1,

@@ -291,9 +291,25 @@ def due_outcome(fake: FakeTabs, boxes: list[str], since: float, reset: float, du
 STALLS = LoopStalls()  # the bench process's loop: the emulated API server's (figures in the JSON, error or not)
 
 
+LEASE_ANSWERS: dict[str, Any] = {}  # filled at the end of a run, error or not (`lease_answer_figures`)
+
+
 def emulator_figures(args: argparse.Namespace) -> dict[str, Any]:
-    """The JSON's `emulator`: the bench process's loop stalls and GC pauses (`LoopStalls`), its freeze period."""
-    return {**STALLS.figures(), "freeze_period_s": args.emulator_freeze}
+    """The JSON's `emulator`: the bench process's loop stalls and GC pauses (`LoopStalls`), its freeze period,
+    and how long it took to answer each replica's Lease requests (`lease_answer_s`)."""
+    return {**STALLS.figures(), "freeze_period_s": args.emulator_freeze, "lease_answer_s": LEASE_ANSWERS}
+
+
+def lease_answer_figures(journal: list[Any], names: dict[int, str]) -> dict[str, Any]:
+    """Per replica (by its listener port, `names`): seconds from a Lease request's arrival at the emulated API
+    server to its answer (p50, p99, max; `over_1s`: how many took longer than 1 s). Requests cut or never
+    answered are not counted."""
+    by: dict[str, list[float]] = {}
+    for e in journal:
+        if "/leases" in e.path and e.answered and e.port in names:
+            by.setdefault(names[e.port], []).append(e.answered - e.at)
+    return {name: {"n": len(v), "p50": round(pct(v, 50) or 0.0, 3), "p99": round(pct(v, 99) or 0.0, 3), "max": round(max(v), 3),
+                   "over_1s": sum(1 for x in v if x > 1.0)} for name, v in by.items() if v}
 
 
 async def freeze_every(period_s: float) -> None:
@@ -660,10 +676,12 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
         if freezer is not None:
             freezer.cancel()
         STALLS.stop()
+        LEASE_ANSWERS.update(lease_answer_figures(world.kube.journal, {x.port: x.name for x in replicas}))
         with open(workdir / "leases.journal", "w") as fh:  # every Lease request: when, which replica, status
             for e in world.kube.journal:
                 if "/leases" in e.path:
-                    fh.write(f"{e.at:.3f} {e.port} {e.method} {e.path.rsplit('/', 1)[-1]} {e.status}\n")
+                    took = f"{e.answered - e.at:.3f}" if e.answered else "-"
+                    fh.write(f"{e.at:.3f} {e.port} {e.method} {e.path.rsplit('/', 1)[-1]} {e.status} {took}\n")
         for x in replicas:
             if x.alive():
                 x.proc.send_signal(signal.SIGTERM)

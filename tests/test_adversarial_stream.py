@@ -191,6 +191,16 @@ async def test_pane_pause_and_continue_are_accepted_by_real_tmux(aexec: AsyncExe
     client = ControlClient(await aexec.open("default", "box", "box", control.attach_argv()))
     try:
         pane = (await client.command(["tmux", "display-message", "-p", "-t", "=agentbox:0", "#{pane_id}"]))[0].lines[0]
+        # A command written right after the attach may reach tmux before the attach has made this client
+        # current ("no current client"); the controller pauses or continues a pane only after its %output or
+        # %pause, which tmux sends an attached client only. So: first wait for the attach.
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            (who,) = await client.command(["tmux", "display-message", "-p", "#{client_session}"])
+            if who.ok and who.lines == ["agentbox"]:
+                break
+            assert asyncio.get_running_loop().time() < deadline, who.lines
+            await asyncio.sleep(0.05)
         for action in ("pause", "continue"):
             (reply,) = await client.command(["tmux", "refresh-client", "-A", f"{pane}:{action}"])
             assert reply.ok, reply.lines

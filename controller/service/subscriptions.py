@@ -86,6 +86,15 @@ def wake_boxes(rt: Runtime, namespace: str, subscription: str, provider: str | N
             event.set()
 
 
+def _reader_wakes(rt: Runtime, namespace: str, subscription: str, provider: str | None) -> None:
+    """The reader's wake of the boxes after it wrote a new state: only where the passes LIST the
+    Subscriptions themselves (no kopf index, `Runtime.subscriptions`). With the index, the watch event of
+    that write wakes them once the index has it (`controller.handlers.subscriptions.subscription_event`):
+    a wake from here came before it, so each box ran a pass on the old state and a second on the new."""
+    if rt.subscriptions.index is None:
+        wake_boxes(rt, namespace, subscription, provider)
+
+
 class SubscriptionReader:
     """Reads one subscription's usage on a cadence and writes windows and state to its status."""
 
@@ -171,7 +180,7 @@ class SubscriptionReader:
                               [valid, fetched, *keeper_conds])
             if self.last_state != "Disconnected":
                 self.last_state = "Disconnected"
-                wake_boxes(rt, self.namespace, self.name, spec.provider)
+                _reader_wakes(rt, self.namespace, self.name, spec.provider)
                 self.post_event("Warning", "Disconnected", "The provider refused the login (401/403); "
                                 "update the login Secret")
             return rt.settings.usage_interval_s
@@ -207,7 +216,7 @@ class SubscriptionReader:
         }, [valid, fetched, *keeper_conds])
         if verdict.state != self.last_state:
             self.last_state = verdict.state
-            wake_boxes(rt, self.namespace, self.name, spec.provider)
+            _reader_wakes(rt, self.namespace, self.name, spec.provider)
             self.post_event("Normal", verdict.state, verdict.message)
         self._export(usage, verdict.state)
         st = rt.settings
