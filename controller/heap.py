@@ -26,7 +26,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import random
 import time
+from typing import Awaitable, Callable
 
 log = logging.getLogger("agentbox.heap")
 
@@ -57,14 +59,44 @@ def refreeze() -> tuple[int, float]:
     return gc.get_freeze_count(), time.process_time() - started
 
 
-async def refreeze_every(period_s: float, first_after_s: float) -> None:
-    """Run `refreeze` `first_after_s` seconds from now (after the initial listing and the first passes),
-    then every `period_s` seconds, until cancelled. Unfreezes on the way out."""
+def jittered(period_s: float, rand: Callable[[], float] = random.random) -> float:
+    """`period_s` spread uniformly over [0.8, 1.2] x `period_s` (`rand()` in [0, 1)), so replicas started
+    together do not collect together."""
+    return period_s * (0.8 + 0.4 * rand())
+
+
+async def refreeze_every(period_s: float, first_after_s: float,
+                         before: Callable[[], Awaitable[None]] | None = None,
+                         long_pause_s: float | None = None,
+                         rand: Callable[[], float] = random.random) -> None:
+    """Run `refreeze` about `first_after_s` seconds from now (after the initial listing and the first passes),
+    then about every `period_s` seconds (each wait jittered by +-20 %, `jittered`), until cancelled.
+    Unfreezes on the way out.
+
+    A full collection holds the interpreter lock for all of its time, so no other thread of the process runs
+    meanwhile: with shards, not the Lease thread either. At 10,000 boxes on 3 replicas started together
+    (bench/shards.py) the three collected at the same moment, 660 s after their start, and sent no Lease
+    renewal for 5.4-6.0 s; with the renew deadline of 7 s, one ended. So, with shards, `before` is awaited
+    first (`ShardLeases.wait_renewed`: the collection starts right after a renewal, with the whole renew
+    deadline ahead of it), and the jitter keeps replicas started together from collecting together.
+
+    Args:
+        period_s, first_after_s: seconds.
+        before: awaited before each collection (None: none).
+        long_pause_s: a collection longer than this (CPU seconds) is logged as a warning (None: never).
+        rand: the jitter's random source (tests).
+    """
     try:
-        await asyncio.sleep(first_after_s)
+        await asyncio.sleep(jittered(first_after_s, rand))
         while True:
+            if before is not None:
+                await before()
             frozen, took = refreeze()
-            log.debug("Froze %d objects after a full collection of %.3f s", frozen, took)
-            await asyncio.sleep(period_s)
+            if long_pause_s is not None and took > long_pause_s:
+                log.warning("A full garbage collection took %.1f s (%d objects frozen after it); no other thread "
+                            "ran meanwhile", took, frozen)
+            else:
+                log.debug("Froze %d objects after a full collection of %.3f s", frozen, took)
+            await asyncio.sleep(jittered(period_s, rand))
     finally:
         gc.unfreeze()

@@ -63,6 +63,48 @@ async def test_the_periodic_freeze_runs_and_unfreezes_when_cancelled() -> None:
         gc.unfreeze()
 
 
+@pytest.mark.unit
+def test_the_period_is_jittered_by_20_percent_either_way() -> None:
+    assert heap.jittered(600.0, lambda: 0.0) == pytest.approx(480.0)
+    assert heap.jittered(600.0, lambda: 0.5) == pytest.approx(600.0)
+    assert heap.jittered(600.0, lambda: 0.999999) == pytest.approx(720.0, abs=0.01)
+
+
+@pytest.mark.unit
+async def test_each_collection_waits_for_before_and_a_long_one_is_a_warning(monkeypatch, caplog) -> None:
+    """With shards, `before` is the wait for a fresh Lease renewal: no collection starts until it returned."""
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def before() -> None:
+        order.append("before")
+        await gate.wait()
+        gate.clear()
+
+    def refreeze() -> tuple[int, float]:
+        order.append("collect")
+        return 7, 2.5  # CPU seconds: over long_pause_s
+
+    monkeypatch.setattr(heap, "refreeze", refreeze)
+    task = asyncio.ensure_future(heap.refreeze_every(0.01, 0.0, before=before, long_pause_s=1.75))
+    try:
+        for _ in range(2):
+            while order.count("before") <= order.count("collect"):
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.05)
+            assert order[-1] == "before", f"no collection before `before` returned: {order}"
+            gate.set()
+            while order[-1] != "collect":
+                await asyncio.sleep(0.005)
+        assert order[:4] == ["before", "collect", "before", "collect"]
+        assert any("full garbage collection took 2.5 s" in r.getMessage() and r.levelname == "WARNING"
+                   for r in caplog.records)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 @pytest.mark.component
 async def test_the_operator_tunes_the_collector_and_puts_it_back(tmp_path) -> None:
     from harness.world_fixtures import FAST

@@ -329,3 +329,33 @@ async def test_a_scan_with_slow_reads_renews_the_held_shards_first(kube: KubeEmu
     assert took >= 0.3, "the scan read the heartbeats (slowly)"
     assert all(0 <= a.renewed_sent[s] - started < 0.1 for s in range(4)), "renewed before the reads ended"
     assert exits == [] and a.served == {0, 1, 2, 3}
+
+
+@pytest.mark.unit
+async def test_wait_renewed_returns_once_every_held_shard_was_just_renewed() -> None:
+    """The collector's wait (`controller.heap.refreeze_every`'s `before`): none held, return at once; a shard
+    renewed long ago, wait for its renewal (or the bound)."""
+    import time as _time
+
+    leases = ShardLeases(None, NS, "ctl", 4, "a", TIMINGS, clock=lambda: datetime.now(timezone.utc))  # type: ignore[arg-type]
+    t0 = _time.monotonic()
+    await leases.wait_renewed(max_wait_s=5.0)
+    assert _time.monotonic() - t0 < 0.5, "nothing held: no wait"
+    leases._sent(0, _time.monotonic() - 3.0)
+    leases._sent(1, _time.monotonic())
+
+    async def renew_later() -> None:
+        await asyncio.sleep(0.3)
+        for shard in (0, 1):  # one renewal round renews every held shard at once
+            leases._sent(shard, _time.monotonic())
+
+    renewer = asyncio.ensure_future(renew_later())
+    t0 = _time.monotonic()
+    await leases.wait_renewed(fresh_s=0.2, max_wait_s=5.0)
+    waited = _time.monotonic() - t0
+    await renewer
+    assert 0.25 <= waited < 2.0, f"returned after shard 0's renewal, not before: {waited:.2f} s"
+    leases._sent(2, _time.monotonic() - 60.0)  # never renewed again: the bound
+    t0 = _time.monotonic()
+    await leases.wait_renewed(fresh_s=0.2, max_wait_s=0.3)
+    assert 0.28 <= _time.monotonic() - t0 < 1.5

@@ -76,8 +76,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
         await _start_sharding(settings, memo, ops, rest, logger)
     memo.gc_before = heap.tune(ops.gc_gen0_threshold)
     if ops.gc_freeze_period_s > 0:
-        memo.gc_task = asyncio.get_running_loop().create_task(
-            heap.refreeze_every(ops.gc_freeze_period_s, min(60.0, ops.gc_freeze_period_s)))
+        leases = getattr(memo, "shard_leases_io", None)  # with shards: collect right after a renewal
+        memo.gc_task = asyncio.get_running_loop().create_task(heap.refreeze_every(
+            ops.gc_freeze_period_s, min(60.0, ops.gc_freeze_period_s),
+            before=leases.wait_renewed if leases is not None else None,
+            long_pause_s=leases.timings.renew_deadline_s / 4 if leases is not None else 1.0))
     if ops.metrics_port and not getattr(memo, "no_metrics", False):
         from prometheus_client import start_http_server
 

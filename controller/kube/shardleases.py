@@ -251,6 +251,21 @@ class ShardLeases(_LeaseRequests):
         now = time.monotonic()
         return frozenset(s for s, sent in held if now - sent <= self.timings.renew_deadline_s)
 
+    async def wait_renewed(self, fresh_s: float | None = None, max_wait_s: float | None = None) -> None:
+        """Return once every held shard was renewed (its renewal sent and answered) less than `fresh_s` ago
+        (default: half the retry period), or after `max_wait_s` (default: three retry periods), or at once
+        when none is held. Polls the clock; for the caller's loop (any thread): a pause that stops every
+        thread (`controller.heap.refreeze`) then has the whole renew deadline ahead of it."""
+        fresh = fresh_s if fresh_s is not None else self.timings.retry_period_s / 2
+        deadline = time.monotonic() + (max_wait_s if max_wait_s is not None else 3 * self.timings.retry_period_s)
+        while True:
+            with self._lock:
+                sent = list(self.renewed_sent.values())
+            now = time.monotonic()
+            if not sent or max(now - t for t in sent) < fresh or now >= deadline:
+                return
+            await asyncio.sleep(0.02)
+
     def _held(self) -> list[int]:
         with self._lock:
             return sorted(self.renewed_sent)
