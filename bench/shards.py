@@ -242,6 +242,16 @@ def exit_reason(logfile: pathlib.Path) -> str:
     return lines[-1].split("] ", 2)[-1][:200] if lines else ""
 
 
+def gc_pauses(logfile: pathlib.Path) -> list[str]:
+    """The long garbage collections a replica logged (`controller.heap.PauseWatch`, `refreeze_every`): their
+    messages, without timestamps (at most 20)."""
+    try:
+        lines = [ln for ln in logfile.read_text(errors="replace").splitlines() if "garbage collection took" in ln]
+    except OSError:
+        return []
+    return [ln.split("] ", 2)[-1][:160] for ln in lines[:20]]
+
+
 async def api_latency(world: World) -> float:
     """Seconds one GET of a Lease list takes at the emulated API server now (its queue, as a replica sees it)."""
     started = time.monotonic()
@@ -292,12 +302,14 @@ STALLS = LoopStalls()  # the bench process's loop: the emulated API server's (fi
 
 
 LEASE_ANSWERS: dict[str, Any] = {}  # filled at the end of a run, error or not (`lease_answer_figures`)
+GC_PAUSES: dict[str, list[str]] = {}  # likewise: each replica's long garbage collections (`gc_pauses`)
 
 
 def emulator_figures(args: argparse.Namespace) -> dict[str, Any]:
     """The JSON's `emulator`: the bench process's loop stalls and GC pauses (`LoopStalls`), its freeze period,
     and how long it took to answer each replica's Lease requests (`lease_answer_s`)."""
-    return {**STALLS.figures(), "freeze_period_s": args.emulator_freeze, "lease_answer_s": LEASE_ANSWERS}
+    return {**STALLS.figures(), "freeze_period_s": args.emulator_freeze, "lease_answer_s": LEASE_ANSWERS,
+            "replica_gc_pauses": GC_PAUSES}
 
 
 def lease_answer_figures(journal: list[Any], names: dict[int, str]) -> dict[str, Any]:
@@ -677,6 +689,7 @@ async def bench(args: argparse.Namespace, workdir: pathlib.Path) -> dict[str, An
             freezer.cancel()
         STALLS.stop()
         LEASE_ANSWERS.update(lease_answer_figures(world.kube.journal, {x.port: x.name for x in replicas}))
+        GC_PAUSES.update({x.name: gc_pauses(workdir / f"{x.name}.log") for x in replicas})
         with open(workdir / "leases.journal", "w") as fh:  # every Lease request: when, which replica, status
             for e in world.kube.journal:
                 if "/leases" in e.path:

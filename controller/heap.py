@@ -33,17 +33,61 @@ from typing import Awaitable, Callable
 log = logging.getLogger("agentbox.heap")
 
 
-def tune(gen0_threshold: int) -> tuple[int, int, int]:
+NO_AUTOMATIC_FULL = 1_000_000
+"""Generation 2's threshold while the periodic refreeze owns the full collections (`tune`): a full
+collection after a million generation-1 collections, i.e. never in practice."""
+
+
+def tune(gen0_threshold: int, periodic_full: bool = False) -> tuple[int, int, int]:
     """Set the young generation's threshold (allocations minus deallocations of container objects between
-    two generation-0 collections); the older generations' thresholds are kept. 0 keeps CPython's.
+    two generation-0 collections); generation 1's is kept. 0 keeps CPython's.
+
+    `periodic_full` (`refreeze_every` runs): generation 2's threshold is set to `NO_AUTOMATIC_FULL`, so
+    every full collection is the periodic one, at a time it chooses (with shards: right after a Lease
+    renewal). CPython otherwise starts a full collection by itself once the objects promoted since the last
+    one exceed a quarter of those it kept; frozen objects are not counted in that quarter, so while the heap
+    grew (10,000 boxes being created) it ran full collections of every object allocated since the last
+    freeze, at any moment. One stopped a replica's threads for 7 s in bench/shards.py; it missed its Lease
+    renew deadline and ended.
 
     Returns:
         The thresholds before (for `gc.set_threshold` at shutdown).
     """
     before = gc.get_threshold()
-    if gen0_threshold > 0:
-        gc.set_threshold(gen0_threshold, before[1], before[2])
+    gen0 = gen0_threshold if gen0_threshold > 0 else before[0]
+    gc.set_threshold(gen0, before[1], NO_AUTOMATIC_FULL if periodic_full else before[2])
     return before
+
+
+class PauseWatch:
+    """Logs every garbage collection longer than `long_s` seconds (wall clock) as a warning, with its
+    generation: no other thread of the process runs during one (the interpreter lock is held). `longest`
+    holds the longest so far, per generation. `start()` registers it in `gc.callbacks`, `stop()` removes it."""
+
+    def __init__(self, long_s: float) -> None:
+        self.long_s = long_s
+        self.longest: dict[int, float] = {}
+        self._started = 0.0
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        took = time.perf_counter() - self._started
+        generation = int(info.get("generation", -1))
+        if took > self.longest.get(generation, 0.0):
+            self.longest[generation] = took
+        if took > self.long_s:
+            log.warning("A generation-%d garbage collection took %.1f s (%d objects collected); no other thread "
+                        "ran meanwhile", generation, took, info.get("collected", 0))
+
+    def start(self) -> "PauseWatch":
+        gc.callbacks.append(self._on_gc)
+        return self
+
+    def stop(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
 
 
 def refreeze() -> tuple[int, float]:

@@ -64,6 +64,38 @@ async def test_the_periodic_freeze_runs_and_unfreezes_when_cancelled() -> None:
 
 
 @pytest.mark.unit
+def test_with_the_periodic_refreeze_no_automatic_full_collection_runs() -> None:
+    before = gc.get_threshold()
+    try:
+        assert heap.tune(23456, periodic_full=True) == before
+        assert gc.get_threshold() == (23456, before[1], heap.NO_AUTOMATIC_FULL)
+        heap.tune(0, periodic_full=False)
+        assert gc.get_threshold()[2] == heap.NO_AUTOMATIC_FULL, "generation 2 is what was set before"
+    finally:
+        gc.set_threshold(*before)
+
+
+@pytest.mark.unit
+def test_a_long_collection_is_a_warning_with_its_generation(caplog) -> None:
+    watch = heap.PauseWatch(long_s=1.0)
+    watch._on_gc("start", {"generation": 0})
+    watch._on_gc("stop", {"generation": 0, "collected": 3})
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], "a short one is not"
+    watch._on_gc("start", {"generation": 2})
+    watch._started -= 2.5  # as if it had started 2.5 s ago
+    watch._on_gc("stop", {"generation": 2, "collected": 9})
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "A generation-2 garbage collection took 2.5 s (9 objects collected); no other thread ran meanwhile"]
+    assert watch.longest[2] >= 2.5 and watch.longest[0] < 1.0
+    watch.start()
+    try:
+        assert watch._on_gc in gc.callbacks
+    finally:
+        watch.stop()
+    assert watch._on_gc not in gc.callbacks
+
+
+@pytest.mark.unit
 def test_the_period_is_jittered_by_20_percent_either_way() -> None:
     assert heap.jittered(600.0, lambda: 0.0) == pytest.approx(480.0)
     assert heap.jittered(600.0, lambda: 0.5) == pytest.approx(600.0)

@@ -74,7 +74,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     memo.runtime.subscriptions.index = _.get("subscriptions_by_namespace")
     if ops.shards > 1:
         await _start_sharding(settings, memo, ops, rest, logger)
-    memo.gc_before = heap.tune(ops.gc_gen0_threshold)
+    memo.gc_before = heap.tune(ops.gc_gen0_threshold, periodic_full=ops.gc_freeze_period_s > 0)
+    leases_io = getattr(memo, "shard_leases_io", None)
+    memo.gc_watch = heap.PauseWatch(leases_io.timings.renew_deadline_s / 4 if leases_io is not None else 1.0).start()
     if ops.gc_freeze_period_s > 0:
         leases = getattr(memo, "shard_leases_io", None)  # with shards: collect right after a renewal
         memo.gc_task = asyncio.get_running_loop().create_task(heap.refreeze_every(
@@ -179,6 +181,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     before = getattr(memo, "gc_before", None)
     if before is not None:
         gc.set_threshold(*before)
+    watch = getattr(memo, "gc_watch", None)
+    if watch is not None:
+        watch.stop()
     reader = getattr(memo, "reader", None)
     if reader is not None:
         await reader.close()
