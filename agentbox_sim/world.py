@@ -75,6 +75,7 @@ class World:
         workdir: scratch directory (pod sandboxes, logs, kubeconfig).
         settings: operator settings (short intervals for tests and the demo).
         namespace: the namespace the operator watches.
+        memo: the kopf memo of the operator started last (its `runtime` once started), None before.
     """
 
     workdir: pathlib.Path
@@ -94,6 +95,7 @@ class World:
     _kill_flag: threading.Event | None = None
     _zombies: list[threading.Thread] = field(default_factory=list)
     kubelet: Any = None
+    memo: Any = None
 
     def __post_init__(self) -> None:
         # Absolute: pods' processes run with their sandbox as working directory, so a relative path
@@ -161,7 +163,7 @@ class World:
         killed = self._kill_flag = threading.Event()
         self._killed = False
         ready = threading.Event()
-        memo = kopf.Memo(settings=self.settings, kubeconfig=str(self.kubeconfig), no_metrics=True)
+        memo = self.memo = kopf.Memo(settings=self.settings, kubeconfig=str(self.kubeconfig), no_metrics=True)
 
         async def main() -> None:
             self._loop = asyncio.get_running_loop()

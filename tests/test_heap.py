@@ -137,6 +137,44 @@ async def test_each_collection_waits_for_before_and_a_long_one_is_a_warning(monk
             await task
 
 
+@pytest.mark.unit
+async def test_a_full_collection_predicted_over_the_budget_is_left_out(monkeypatch, caplog) -> None:
+    """The first full collection of 1 s froze 1,000 objects; the heap then grows by 1,000 objects a period: a
+    full collection is predicted at 2 s, then 3 s: with a budget of 2.5 s the third period only freezes the
+    young objects."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="agentbox.heap")
+    now = [0.0]
+    heap_size = [1000]
+    fulls: list[int] = []
+    young: list[int] = []
+
+    def refreeze() -> tuple[int, float]:
+        fulls.append(heap_size[0])
+        now[0] += heap_size[0] / 1000  # 1 s of wall time per 1,000 objects
+        return heap_size[0], 0.1
+
+    def freeze_young() -> int:
+        heap_size[0] += 1000
+        young.append(heap_size[0])
+        return heap_size[0]
+
+    monkeypatch.setattr(heap, "refreeze", refreeze)
+    monkeypatch.setattr(heap, "freeze_young", freeze_young)
+    task = asyncio.ensure_future(heap.refreeze_every(0.001, 0.0, full_budget_s=2.5, clock=lambda: now[0]))
+    try:
+        while len(young) < 4:
+            await asyncio.sleep(0.005)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert fulls == [1000, 2000], "the first, then one predicted at 2 s; none predicted at 3 s or more"
+    infos = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(infos) == 1 and "about 3.0 s (3000 objects)" in infos[0], infos
+
+
 @pytest.mark.component
 async def test_the_operator_tunes_the_collector_and_puts_it_back(tmp_path) -> None:
     from harness.world_fixtures import FAST

@@ -72,6 +72,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     memo.reader = reader
     # kopf's Subscription index (`subscriptions_by_namespace`), passed to every handler as a kwarg.
     memo.runtime.subscriptions.index = _.get("subscriptions_by_namespace")
+    memo.runtime.subscriptions.lister = lambda ns: kube.list_custom_versioned(C.SUBSCRIPTION_PLURAL, ns)
     if ops.shards > 1:
         await _start_sharding(settings, memo, ops, rest, logger)
     memo.gc_before = heap.tune(ops.gc_gen0_threshold, periodic_full=ops.gc_freeze_period_s > 0)
@@ -82,7 +83,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
         memo.gc_task = asyncio.get_running_loop().create_task(heap.refreeze_every(
             ops.gc_freeze_period_s, min(60.0, ops.gc_freeze_period_s),
             before=leases.wait_renewed if leases is not None else None,
-            long_pause_s=leases.timings.renew_deadline_s / 4 if leases is not None else 1.0))
+            long_pause_s=leases.timings.renew_deadline_s / 4 if leases is not None else 1.0,
+            # with shards a full collection must end well within the renew deadline
+            full_budget_s=leases.timings.renew_deadline_s / 3 if leases is not None else None))
     if ops.metrics_port and not getattr(memo, "no_metrics", False):
         from prometheus_client import start_http_server
 
@@ -192,6 +195,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await aexec.aclose()
     runtime = getattr(memo, "runtime", None)
     if runtime is not None:
+        runtime.subscriptions.close()
         await runtime.events.aclose()
     if runtime is not None and runtime.notifier is not None:
         await runtime.notifier.aclose()

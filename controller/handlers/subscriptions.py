@@ -54,6 +54,8 @@ async def subscription_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.M
     the boxes of its namespace (rotation moves them at once)."""
     rt: Runtime = memo.runtime
     rt.presence.observe(C.SUBSCRIPTION_PLURAL, event.get("type"), event.get("object"))
+    if event.get("type") is None:  # from a listing: after a relist, one LIST finds what was deleted meanwhile
+        rt.subscriptions.listed(body.metadata.namespace)
     if event.get("type") != "DELETED":
         # Its reader may run in another replica (shards), and the passes read the Subscriptions from the
         # index, which has this event only now: a state change wakes the boxes it concerns from here.

@@ -419,6 +419,12 @@ class Kube:
         result = await self._object("GET", self._ours(namespace, plural))
         return list((result or {}).get("items") or [])
 
+    async def list_custom_versioned(self, plural: str, namespace: str) -> tuple[list[dict[str, Any]], str]:
+        """All our custom objects of a kind in a namespace, and the list's ``metadata.resourceVersion`` (the
+        version the list is a snapshot at; "" if the answer had none)."""
+        result = await self._object("GET", self._ours(namespace, plural)) or {}
+        return list(result.get("items") or []), str((result.get("metadata") or {}).get("resourceVersion") or "")
+
     async def list_custom_shared(self, plural: str, namespace: str) -> list[dict[str, Any]]:
         """As :meth:`list_custom`, but simultaneous callers share the LIST (:class:`FreshRead`: every caller
         gets a list read after it asked). The objects are shared between callers: read them, never change
