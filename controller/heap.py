@@ -115,6 +115,19 @@ def freeze_young() -> int:
     return gc.get_freeze_count()
 
 
+async def wait_fresh(ages: Callable[[], list[float]], fresh_s: float, max_wait_s: float) -> None:
+    """Return once every age `ages()` gives (seconds; with shards `ShardLeases.renewal_ages`: since each held
+    shard's last renewal) is under `fresh_s`, or after `max_wait_s` seconds, or at once when there is none.
+    Polls every 20 ms. Awaited before a full collection (`refreeze_every`'s `before`), the pause then has
+    the whole renew deadline ahead of it."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        now_ages = ages()
+        if not now_ages or max(now_ages) < fresh_s or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(0.02)
+
+
 def jittered(period_s: float, rand: Callable[[], float] = random.random) -> float:
     """`period_s` spread uniformly over [0.8, 1.2] x `period_s` (`rand()` in [0, 1)), so replicas started
     together do not collect together."""
@@ -135,7 +148,7 @@ async def refreeze_every(period_s: float, first_after_s: float,
     meanwhile: with shards, not the Lease thread either. At 10,000 boxes on 3 replicas started together
     (bench/shards.py) the three collected at the same moment, 660 s after their start, and sent no Lease
     renewal for 5.4-6.0 s; with the renew deadline of 7 s, one ended. So, with shards, `before` is awaited
-    first (`ShardLeases.wait_renewed`: the collection starts right after a renewal, with the whole renew
+    first (`wait_fresh` on `ShardLeases.renewal_ages`: the collection starts right after a renewal, with the whole renew
     deadline ahead of it), and the jitter keeps replicas started together from collecting together.
 
     A full collection's pause grows with the heap (bench/shards.py, about 3,300 boxes a replica: 1.86

@@ -332,14 +332,16 @@ async def test_a_scan_with_slow_reads_renews_the_held_shards_first(kube: KubeEmu
 
 
 @pytest.mark.unit
-async def test_wait_renewed_returns_once_every_held_shard_was_just_renewed() -> None:
-    """The collector's wait (`controller.heap.refreeze_every`'s `before`): none held, return at once; a shard
-    renewed long ago, wait for its renewal (or the bound)."""
+async def test_the_collector_waits_until_every_held_shard_was_just_renewed() -> None:
+    """`controller.heap.wait_fresh` on `renewal_ages` (the full collection's `before`): none held, return at
+    once; a shard renewed long ago, wait for its renewal (or the bound)."""
     import time as _time
+
+    from controller.heap import wait_fresh
 
     leases = ShardLeases(None, NS, "ctl", 4, "a", TIMINGS, clock=lambda: datetime.now(timezone.utc))  # type: ignore[arg-type]
     t0 = _time.monotonic()
-    await leases.wait_renewed(max_wait_s=5.0)
+    await wait_fresh(leases.renewal_ages, 0.2, 5.0)
     assert _time.monotonic() - t0 < 0.5, "nothing held: no wait"
     leases._sent(0, _time.monotonic() - 3.0)
     leases._sent(1, _time.monotonic())
@@ -351,11 +353,11 @@ async def test_wait_renewed_returns_once_every_held_shard_was_just_renewed() -> 
 
     renewer = asyncio.ensure_future(renew_later())
     t0 = _time.monotonic()
-    await leases.wait_renewed(fresh_s=0.2, max_wait_s=5.0)
+    await wait_fresh(leases.renewal_ages, 0.2, 5.0)
     waited = _time.monotonic() - t0
     await renewer
     assert 0.25 <= waited < 2.0, f"returned after shard 0's renewal, not before: {waited:.2f} s"
     leases._sent(2, _time.monotonic() - 60.0)  # never renewed again: the bound
     t0 = _time.monotonic()
-    await leases.wait_renewed(fresh_s=0.2, max_wait_s=0.3)
+    await wait_fresh(leases.renewal_ages, 0.2, 0.3)
     assert 0.28 <= _time.monotonic() - t0 < 1.5

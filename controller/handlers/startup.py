@@ -82,7 +82,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
         leases = getattr(memo, "shard_leases_io", None)  # with shards: collect right after a renewal
         memo.gc_task = asyncio.get_running_loop().create_task(heap.refreeze_every(
             ops.gc_freeze_period_s, min(60.0, ops.gc_freeze_period_s),
-            before=leases.wait_renewed if leases is not None else None,
+            before=(lambda: heap.wait_fresh(leases.renewal_ages, leases.timings.retry_period_s / 2,
+                                            3 * leases.timings.retry_period_s)) if leases is not None else None,
             long_pause_s=leases.timings.renew_deadline_s / 4 if leases is not None else 1.0,
             # with shards a full collection must end well within the renew deadline
             full_budget_s=leases.timings.renew_deadline_s / 3 if leases is not None else None))

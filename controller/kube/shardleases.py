@@ -3,10 +3,8 @@ operator and serves only the objects of the shards whose Lease it holds.
 
 The same guards as the one Lease of `controller/kube/election.py`, per shard:
 
-* every write is conditional on the resourceVersion read (a 409 means another replica won the shard) and
-  every request has a timeout (the REST transport's, bounded here by the renew deadline);
-* expiry is judged by this replica's own clock: a Lease counts as renewed at the instant this replica saw
-  it change, never by the time its writer put in it (client-go's rule);
+* every write is conditional on the resourceVersion read (409: another replica won), every request has a
+  timeout; expiry is judged by this replica's own clock (client-go's rule: renewed when seen to change);
 * a shard is served only while its last successful renewal was *sent* less than `renew_deadline_s` ago,
   and a watchdog thread ends the process when a held shard was not renewed for that long, whatever the
   event loop is doing (hung, starved): a replica stops acting before any other may take its shards
@@ -15,20 +13,17 @@ The same guards as the one Lease of `controller/kube/election.py`, per shard:
   served first (its daemons are stopped and awaited by `stop_serving`), then its holder is emptied.
 
 Requests: a look every `retry_period_s` renews the held shards only, each with one PUT conditional on the
-version its last renewal answered (no read first: a 409 is what says someone else wrote it, then it is read);
-the other shards and the heartbeats are read every `scan_period_s` (default a quarter of the lease
-duration) and at the instant another replica's Lease expires by this replica's clock. A dead replica's
-Lease was last seen renewed at most one scan period after its last renewal, so it is taken at most
-`lease_duration_s` + `scan_period_s` after that. With 12 shards over 3 replicas
-that is about 8 requests a second per replica instead of 17.
+version its last renewal answered (no read first: a 409 says someone else wrote it, then it is read); the
+other shards and the heartbeats are read every `scan_period_s` (default a quarter of the lease duration) and
+at the instant another replica's Lease expires by this replica's clock, so a dead replica's shard is taken at
+most `lease_duration_s` + `scan_period_s` after its last renewal (12 shards, 3 replicas: 8 requests a second).
 
-The looks run on a thread of their own with an event loop of its own (`LeaseThread`): a replica whose
-main loop is busy (starting a dead peer's hundreds of tab streams) still renews on time. What serves (the
-daemons, `stop_serving`, `on_change`) stays on the main loop and is called there.
+The looks run on a thread and event loop of their own (`LeaseThread`): a replica whose main loop is busy
+(starting a dead peer's hundreds of tab streams) still renews on time; a full garbage collection stops every
+thread, so it waits for a renewal first (`controller.heap`). What serves stays on the main loop.
 
-Who is alive counts in the fair share: every replica keeps a heartbeat in the annotations of one more Lease,
-`<prefix>-shards` (one annotation per replica, `shards.agentbox.dev/<digest of its identity>`), so a replica
-that holds no shard yet is counted and the holders give it its share.
+Who is alive counts in the fair share: every replica keeps a heartbeat (`shards.agentbox.dev/<digest of its
+identity>`) in the annotations of the Lease `<prefix>-shards`, so one that holds no shard yet gets its share.
 """
 
 from __future__ import annotations
@@ -251,20 +246,11 @@ class ShardLeases(_LeaseRequests):
         now = time.monotonic()
         return frozenset(s for s, sent in held if now - sent <= self.timings.renew_deadline_s)
 
-    async def wait_renewed(self, fresh_s: float | None = None, max_wait_s: float | None = None) -> None:
-        """Return once every held shard was renewed (its renewal sent and answered) less than `fresh_s` ago
-        (default: half the retry period), or after `max_wait_s` (default: three retry periods), or at once
-        when none is held. Polls the clock; for the caller's loop (any thread): a pause that stops every
-        thread (`controller.heap.refreeze`) then has the whole renew deadline ahead of it."""
-        fresh = fresh_s if fresh_s is not None else self.timings.retry_period_s / 2
-        deadline = time.monotonic() + (max_wait_s if max_wait_s is not None else 3 * self.timings.retry_period_s)
-        while True:
-            with self._lock:
-                sent = list(self.renewed_sent.values())
-            now = time.monotonic()
-            if not sent or max(now - t for t in sent) < fresh or now >= deadline:
-                return
-            await asyncio.sleep(0.02)
+    def renewal_ages(self) -> list[float]:
+        """Seconds since each held shard's last answered renewal was sent. Safe from any thread."""
+        now = time.monotonic()
+        with self._lock:
+            return [now - sent for sent in self.renewed_sent.values()]
 
     def _held(self) -> list[int]:
         with self._lock:
