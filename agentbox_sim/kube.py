@@ -344,8 +344,8 @@ class JournalEntry:
     emulator's listening port the request came in on: which client made it, when each client was given
     its own listener with :meth:`KubeEmulator.add_port`; 0 if unknown), ``at`` (epoch seconds when it
     arrived), ``peer_port`` (the client's source port: requests with the same one came over the same
-    connection; 0 if unknown), ``answered`` (epoch seconds when its handler returned the answer: for a watch or
-an exec, when the stream ended; 0 while unanswered or when the connection was cut)."""
+    connection; 0 if unknown), ``answered`` (epoch seconds when its handler returned the answer: for a watch
+    or an exec, when the stream ended; 0 while unanswered or when the connection was cut)."""
 
     method: str
     path: str

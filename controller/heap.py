@@ -148,8 +148,8 @@ async def refreeze_every(period_s: float, first_after_s: float,
     meanwhile: with shards, not the Lease thread either. At 10,000 boxes on 3 replicas started together
     (bench/shards.py) the three collected at the same moment, 660 s after their start, and sent no Lease
     renewal for 5.4-6.0 s; with the renew deadline of 7 s, one ended. So, with shards, `before` is awaited
-    first (`wait_fresh` on `ShardLeases.renewal_ages`: the collection starts right after a renewal, with the whole renew
-    deadline ahead of it), and the jitter keeps replicas started together from collecting together.
+    first (`wait_fresh` on `ShardLeases.renewal_ages`: the collection starts right after a renewal, with the
+    whole renew deadline ahead of it), and the jitter keeps replicas started together from collecting together.
 
     A full collection's pause grows with the heap (bench/shards.py, about 3,300 boxes a replica: 1.86
     million objects, 3.6 s of CPU, 6.2 s of wall time on the loaded 2-core machine, and it found 7,168

@@ -76,15 +76,15 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
     if ops.shards > 1:
         await _start_sharding(settings, memo, ops, rest, logger)
     memo.gc_before = heap.tune(ops.gc_gen0_threshold, periodic_full=ops.gc_freeze_period_s > 0)
-    leases_io = getattr(memo, "shard_leases_io", None)
-    memo.gc_watch = heap.PauseWatch(leases_io.timings.renew_deadline_s / 4 if leases_io is not None else 1.0).start()
+    leases = getattr(memo, "shard_leases_io", None)  # with shards: a collection stops the Lease thread too
+    long_pause_s = leases.timings.renew_deadline_s / 4 if leases is not None else 1.0
+    memo.gc_watch = heap.PauseWatch(long_pause_s).start()
     if ops.gc_freeze_period_s > 0:
-        leases = getattr(memo, "shard_leases_io", None)  # with shards: collect right after a renewal
         memo.gc_task = asyncio.get_running_loop().create_task(heap.refreeze_every(
             ops.gc_freeze_period_s, min(60.0, ops.gc_freeze_period_s),
             before=(lambda: heap.wait_fresh(leases.renewal_ages, leases.timings.retry_period_s / 2,
                                             3 * leases.timings.retry_period_s)) if leases is not None else None,
-            long_pause_s=leases.timings.renew_deadline_s / 4 if leases is not None else 1.0,
+            long_pause_s=long_pause_s,
             # with shards a full collection must end well within the renew deadline
             full_budget_s=leases.timings.renew_deadline_s / 3 if leases is not None else None))
     if ops.metrics_port and not getattr(memo, "no_metrics", False):
